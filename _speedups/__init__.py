@@ -1,0 +1,80 @@
+"""The hot kernels, compiled (Cython) when available, pure Python otherwise.
+
+Each kernel has a pure-Python twin held to the same test vectors:
+
+    rows        database rows -> Task objects          rows_c.pyx      / rows.py
+    jsoncodec   strict JSON encoding (orjson-backed)    jsoncodec_c.pyx / jsoncodec.py
+    beats       batch heartbeat id marshalling          beats_c.pyx     / beats.py
+    backoff     retry backoff with equal jitter         backoff_c.pyx   / backoff.py
+    ids         ULID task and worker ids                ids_c.pyx       / ids.py
+
+``IMPLEMENTATION`` says which set is active ("cython" or "python"); it is also
+exported as ``cairnq.SPEEDUPS``. Set ``CAIRNQ_PURE_PYTHON=1`` before importing
+cairnq to force the pure-Python twins.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+from cairnq._speedups import backoff as _backoff_py
+from cairnq._speedups import beats as _beats_py
+from cairnq._speedups import ids as _ids_py
+from cairnq._speedups import jsoncodec as _json_py
+from cairnq._speedups import rows as _rows_py
+
+__all__ = [
+    "IMPLEMENTATION",
+    "decode_task",
+    "decode_tasks",
+    "decode_mapping",
+    "dumps",
+    "loads",
+    "encode_ids",
+    "decode_beats",
+    "retry_delay_ms",
+    "new_ulid",
+    "compiled",
+    "pure",
+]
+
+
+def _load_compiled() -> dict[str, ModuleType] | None:
+    try:
+        from cairnq._speedups import backoff_c, beats_c, ids_c, jsoncodec_c, rows_c
+    except ImportError:
+        return None
+    return {
+        "rows": rows_c,
+        "jsoncodec": jsoncodec_c,
+        "beats": beats_c,
+        "backoff": backoff_c,
+        "ids": ids_c,
+    }
+
+
+#: The pure-Python twins, always importable (tests run both sets side by side).
+pure: dict[str, ModuleType] = {
+    "rows": _rows_py,
+    "jsoncodec": _json_py,
+    "beats": _beats_py,
+    "backoff": _backoff_py,
+    "ids": _ids_py,
+}
+#: The compiled kernels, or None when they were not built (no compiler at install).
+compiled = _load_compiled()
+
+_forced_pure = os.environ.get("CAIRNQ_PURE_PYTHON", "") not in ("", "0")
+_active = pure if _forced_pure or compiled is None else compiled
+IMPLEMENTATION = "python" if _active is pure else "cython"
+
+decode_task = _active["rows"].decode_task
+decode_tasks = _active["rows"].decode_tasks
+decode_mapping = _active["rows"].decode_mapping
+dumps = _active["jsoncodec"].dumps
+loads = _json_py.loads  # orjson with a stdlib fallback either way; nothing to compile
+encode_ids = _active["beats"].encode_ids
+decode_beats = _active["beats"].decode_beats
+retry_delay_ms = _active["backoff"].retry_delay_ms
+new_ulid = _active["ids"].new_ulid

@@ -1,0 +1,81 @@
+"""cairnq: a durable task queue on SQLite or PostgreSQL.
+
+A fast, drop-in implementation of the ``cairnq`` 0.15.1 Python API, sharing
+databases with the reference Python and TypeScript SDKs. ``SPEEDUPS`` says
+whether the compiled kernels are active (``"cython"``) or the pure-Python
+twins (``"python"``).
+"""
+
+from __future__ import annotations
+
+from cairnq._speedups import IMPLEMENTATION as SPEEDUPS
+from cairnq.client import CairnQ
+from cairnq.context import TaskContext
+from cairnq.errors import (
+    AlreadyExists,
+    CairnQError,
+    LostLease,
+    ProtocolVersionMismatch,
+    QueueFull,
+    SchemaMismatch,
+    SerializationError,
+    StoreClosed,
+    TaskCanceled,
+    TaskError,
+    TaskFailed,
+    TaskTimeout,
+    UnsupportedBackend,
+)
+from cairnq.models import STATUSES, Task, TaskDef, TaskRef, TaskStatus, is_terminal_status
+from cairnq.retention import Retention, RetentionRule
+from cairnq.store import Conflict, PostgresStore, SQLiteStore, TaskStore
+from cairnq.store.pg_executor import ListenUnavailable, PgExecutor, PgSession
+from cairnq.store.pg_pool import create_pool_executor
+from cairnq.worker import Worker
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("cairnq")
+    except PackageNotFoundError:
+        return "0.0.0.dev0"
+
+
+__version__ = _version()
+
+__all__ = [
+    "CairnQ",
+    "Worker",
+    "TaskContext",
+    "Task",
+    "TaskDef",
+    "TaskRef",
+    "TaskStatus",
+    "STATUSES",
+    "is_terminal_status",
+    "Conflict",
+    "Retention",
+    "RetentionRule",
+    "TaskStore",
+    "SQLiteStore",
+    "PostgresStore",
+    "CairnQError",
+    "AlreadyExists",
+    "QueueFull",
+    "TaskTimeout",
+    "TaskFailed",
+    "TaskCanceled",
+    "TaskError",
+    "LostLease",
+    "ProtocolVersionMismatch",
+    "SchemaMismatch",
+    "UnsupportedBackend",
+    "create_pool_executor",
+    "ListenUnavailable",
+    "PgSession",
+    "PgExecutor",
+    "SerializationError",
+    "StoreClosed",
+]

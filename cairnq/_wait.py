@@ -1,0 +1,109 @@
+"""Waiting for a task to finish: a read-only poll with a growing interval.
+
+The probe reads only ``(id, status)``; the full row is read once the task is
+terminal (or the time is up). Each sleep goes through the store's
+``task_done_wake``, which drivers with a push channel end early.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from cairnq.errors import TaskTimeout
+from cairnq.models import Task
+
+if TYPE_CHECKING:
+    from cairnq.store.base import TaskStore
+
+__all__ = [
+    "DEFAULT_WAIT_TIMEOUT_MS",
+    "DEFAULT_POLL_MS",
+    "MAX_POLL_MS",
+    "next_poll_ms",
+    "poll_wait",
+    "poll_wait_by_key",
+]
+
+DEFAULT_WAIT_TIMEOUT_MS = 30_000
+DEFAULT_POLL_MS = 100
+MAX_POLL_MS = 500
+
+
+def next_poll_ms(current: int, max_ms: int) -> int:
+    """100, 150, 225, 337, 500, 500, ... (x1.5, at least +1, capped)."""
+    return min(max_ms, max(current + 1, int(current * 1.5)))
+
+
+def _check(timeout_ms: int, poll_ms: int, max_poll_ms: int) -> None:
+    for what, value in (("timeout_ms", timeout_ms), ("poll_ms", poll_ms), ("max_poll_ms", max_poll_ms)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    if timeout_ms < 0:
+        raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
+    if poll_ms < 1 or max_poll_ms < 1:
+        raise ValueError("poll_ms and max_poll_ms must be >= 1")
+
+
+async def poll_wait(
+    store: TaskStore,
+    task_id: str,
+    *,
+    timeout_ms: int,
+    poll_ms: int = DEFAULT_POLL_MS,
+    max_poll_ms: int = MAX_POLL_MS,
+) -> Task:
+    """The terminal task (any terminal status), or TaskTimeout."""
+    _check(timeout_ms, poll_ms, max_poll_ms)
+    deadline = time.monotonic() + timeout_ms / 1000
+    interval = poll_ms
+    snapshot: Task | None = None
+    while True:
+        ref = await store.get_status(task_id)
+        remaining = int((deadline - time.monotonic()) * 1000)
+        if ref is not None and (ref.is_terminal or remaining <= 0):
+            snapshot = await store.get(task_id) or snapshot
+            if snapshot is not None and snapshot.is_terminal:
+                return snapshot
+        if remaining <= 0:
+            raise TaskTimeout(
+                ref.id if ref is not None else task_id, timeout_ms=timeout_ms, task=snapshot
+            )
+        await store.task_done_wake(task_id, min(interval, remaining))
+        interval = next_poll_ms(interval, max_poll_ms)
+
+
+async def poll_wait_by_key(
+    store: TaskStore,
+    key: str,
+    *,
+    timeout_ms: int,
+    poll_ms: int = DEFAULT_POLL_MS,
+    max_poll_ms: int = MAX_POLL_MS,
+) -> Task:
+    """Wait for whatever task ``key`` points at, re-resolving it on every beat (a
+    ``replace`` mid-wait moves the wait onto the new task; a key with no task
+    yet is waited for, not rejected)."""
+    _check(timeout_ms, poll_ms, max_poll_ms)
+    deadline = time.monotonic() + timeout_ms / 1000
+    interval = poll_ms
+    snapshot: Task | None = None
+    while True:
+        ref = await store.get_status_by_key(key)
+        remaining = int((deadline - time.monotonic()) * 1000)
+        if ref is not None and (ref.is_terminal or remaining <= 0):
+            task = await store.get_by_key(key)
+            snapshot = task or snapshot
+            if task is not None and task.is_terminal:
+                return task
+        if remaining <= 0:
+            raise TaskTimeout(
+                ref.id if ref is not None else key, timeout_ms=timeout_ms, task=snapshot, key=key
+            )
+        sleep_ms = min(interval, remaining)
+        if ref is not None:
+            await store.task_done_wake(ref.id, sleep_ms)
+        else:
+            await asyncio.sleep(sleep_ms / 1000)
+        interval = next_poll_ms(interval, max_poll_ms)

@@ -1,0 +1,632 @@
+"""``TaskStore``: every protocol operation, once, over named statements.
+
+Each operation here is dialect-neutral: it validates its input, builds the
+parameters the protocol defines for the statement, runs it through the
+driver's seam and maps the rows. A driver (SQLite, Postgres) supplies only the
+seam:
+
+    _fetch(name, params)   run one statement on its own, return its rows
+    _transaction()         async context manager yielding such a fetch bound
+                           to one write transaction (commit on clean exit)
+    connect(), close(), protocol_version()
+
+Rows come back as sequences in table order (``select *`` / ``returning *``),
+decoded to ``Task`` by the compiled kernel. Storage imports nothing above it:
+backpressure and retention are handed in as objects with one method each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import math
+from abc import ABC, abstractmethod
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Awaitable, Callable, Literal, Mapping, Protocol, Sequence
+
+from cairnq._ids import new_id
+from cairnq._speedups import decode_beats, decode_task, decode_tasks, dumps
+from cairnq.errors import (
+    AlreadyExists,
+    LostLease,
+    ProtocolVersionMismatch,
+    SerializationError,
+    UnsupportedBackend,
+)
+from cairnq.models import STATUSES, TERMINAL, Task, TaskRef, TaskStatus
+
+__all__ = [
+    "TaskStore",
+    "Conflict",
+    "CONFLICTS",
+    "Fetch",
+    "ClaimDraw",
+    "SUPPORTED_PROTOCOL_MAJOR",
+    "check_protocol_version",
+    "dump_json",
+    "validate_purge_input",
+    "LEASE_EXPIRED_ERROR_JSON",
+    "claim_statement",
+    "probe_statement",
+]
+
+Conflict = Literal["reuse", "reuse-succeeded", "reject", "replace"]
+CONFLICTS: tuple[Conflict, ...] = ("reuse", "reuse-succeeded", "reject", "replace")
+SUPPORTED_PROTOCOL_MAJOR = 1
+
+Row = Sequence[Any]
+Fetch = Callable[[str, dict[str, Any]], Awaitable[list[Any]]]
+ClaimDraw = Callable[[list[str] | None, int], Awaitable[list[Task]]]
+
+# Written by recover_leases when a dead worker's task has no attempts left.
+LEASE_EXPIRED_ERROR_JSON = (
+    '{"type":"LeaseExpired","code":"lease_expired",'
+    '"message":"task lease expired and max attempts reached","retryable":false,"details":{}}'
+)
+
+_TERMINAL = frozenset(TERMINAL)
+_STATUSES = frozenset(STATUSES)
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1  # priority and attempts are int4 on Postgres
+
+
+class QueueGate(Protocol):
+    """What the store needs from backpressure: wait for room in a queue."""
+
+    async def acquire(self, queue: str) -> None: ...
+
+
+class Sweeper(Protocol):
+    """What the store needs from retention: start once connected, stop on close."""
+
+    def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def check_protocol_version(version: int) -> None:
+    if version != SUPPORTED_PROTOCOL_MAJOR:
+        raise ProtocolVersionMismatch(
+            f"storage protocol_version={version}, SDK supports {SUPPORTED_PROTOCOL_MAJOR}"
+        )
+
+
+def dump_json(value: Any) -> str:
+    """Strict JSON text for a JSON column; SerializationError for anything else."""
+    return dumps(value)  # type: ignore[no-any-return]
+
+
+def validate_purge_input(*, older_than_ms: int, status: str | None, limit: int) -> None:
+    _check_int("older_than_ms", older_than_ms, minimum=0)
+    _check_int("limit", limit, minimum=1)
+    if status is not None and status not in _TERMINAL:
+        raise ValueError(f"purge status must be one of {TERMINAL}, got {status!r}")
+
+
+def claim_statement(queues: Sequence[str], names: Sequence[str] | None) -> str:
+    """Which claim variant reaches its index for this draw (all mean the same)."""
+    one_queue = len(queues) == 1
+    if names is None:
+        return "claim_one_queue_any_name" if one_queue else "claim_any_name"
+    if len(names) == 1:
+        return "claim_one_queue_one_name" if one_queue else "claim_one_name"
+    return "claim_one_queue" if one_queue else "claim"
+
+
+def probe_statement(names: Sequence[str] | None) -> str:
+    return "claimable_probe_any_name" if names is None else "claimable_probe"
+
+
+def _check_int(
+    what: str, value: Any, *, minimum: int | None = None, maximum: int | None = None
+) -> None:
+    if type(value) is not int:  # bool is an int subclass and never meant here
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{what} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{what} must be <= {maximum}, got {value}")
+
+
+def _check_text(what: str, value: Any, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+
+
+def _check_status(status: Any) -> None:
+    if status is not None and status not in _STATUSES:
+        raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+
+
+def _unique(values: Sequence[str], what: str) -> list[str]:
+    if isinstance(values, str):
+        raise TypeError(f"{what} must be a list of str, not a str")
+    out = list(dict.fromkeys(values))
+    for v in out:
+        _check_text(f"each of {what}", v)
+    return out
+
+
+class TaskStore(ABC):
+    """Durable task storage: the protocol's operations over one database."""
+
+    _gate: QueueGate | None = None
+    _sweeper: Sweeper | None = None
+    _json_is_text = True
+
+    # -- the driver seam -------------------------------------------------
+
+    @abstractmethod
+    async def connect(self) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    @abstractmethod
+    async def protocol_version(self) -> int: ...
+
+    @abstractmethod
+    async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
+        """Run statement ``name`` on its own (autocommit) and return its rows."""
+
+    @abstractmethod
+    def _transaction(self) -> AbstractAsyncContextManager[Fetch]:
+        """One write transaction; yields a fetch bound to it."""
+
+    def _transaction_with_session(self) -> AbstractAsyncContextManager[tuple[Fetch, Any]]:
+        """A transaction that also exposes the driver's session (Postgres only)."""
+        raise UnsupportedBackend(
+            f"{type(self).__name__} cannot share a transaction with handler code; "
+            "succeed_in() needs PostgreSQL"
+        )
+
+    def _register_wakeable(self, queues: Sequence[str]) -> None:
+        """Drivers with push notifications buffer wakeups for these queues."""
+
+    async def _has_claimable_work(self, params: dict[str, Any]) -> bool:
+        rows = await self._fetch(probe_statement(params["names"]), params)
+        return bool(rows and rows[0][0])
+
+    async def claim_wake(self, queues: list[str], timeout_ms: int) -> None:
+        """Sleep up to ``timeout_ms``; drivers that can, return early on new work."""
+        await asyncio.sleep(timeout_ms / 1000)
+
+    async def task_done_wake(self, task_id: str, timeout_ms: int) -> None:
+        """Sleep up to ``timeout_ms``; drivers that can, return early when it finishes."""
+        await asyncio.sleep(timeout_ms / 1000)
+
+    async def _watch_push(self, emit: Callable[[Any], None]) -> Callable[[], None] | None:
+        """Subscribe ``emit`` to pushed WatchSignals; returns an unsubscribe, or None."""
+        return None
+
+    async def _wait_for_change(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the database to change; True if it did."""
+        await asyncio.sleep(timeout_s)
+        return False
+
+    # -- policies installed by the API layer ----------------------------
+
+    def use_backpressure(
+        self, max_queue_depth: Any, *, max_queue_wait_ms: int = 600_000
+    ) -> None:
+        from cairnq.backpressure import QueueDepthGate  # the policy lives above storage
+
+        self._gate = QueueDepthGate(self, max_queue_depth, max_queue_wait_ms=max_queue_wait_ms)
+
+    def use_retention(self, sweeper: Sweeper) -> None:
+        self._sweeper = sweeper
+
+    def _start_sweeper(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.start()
+
+    # -- row mapping -----------------------------------------------------
+
+    def _task(self, row: Row) -> Task:
+        return decode_task(row, self._json_is_text)  # type: ignore[no-any-return]
+
+    def _tasks(self, rows: list[Row]) -> list[Task]:
+        return decode_tasks(rows, self._json_is_text)  # type: ignore[no-any-return]
+
+    def _first(self, rows: list[Row]) -> Task | None:
+        return decode_task(rows[0], self._json_is_text) if rows else None
+
+    # -- submit ----------------------------------------------------------
+
+    async def submit(
+        self,
+        *,
+        name: str,
+        payload: Any = None,
+        queue: str = "default",
+        key: str | None = None,
+        conflict: Conflict = "reuse",
+        max_attempts: int = 3,
+        priority: int = 0,
+        metadata: dict[str, Any] | None = None,
+        parent_id: str | None = None,
+        root_id: str | None = None,
+        correlation_id: str | None = None,
+        delay_ms: int = 0,
+    ) -> Task:
+        if conflict not in CONFLICTS:
+            raise ValueError(f"conflict must be one of {CONFLICTS}, got {conflict!r}")
+        # Exact-type fast path first: the full checks only run to explain a failure.
+        if not (
+            type(max_attempts) is int
+            and 1 <= max_attempts <= _INT32_MAX
+            and type(delay_ms) is int
+            and delay_ms >= 0
+            and type(priority) is int
+            and _INT32_MIN <= priority <= _INT32_MAX
+        ):
+            _check_int("max_attempts", max_attempts, minimum=1, maximum=_INT32_MAX)
+            _check_int("delay_ms", delay_ms, minimum=0)
+            _check_int("priority", priority, minimum=_INT32_MIN, maximum=_INT32_MAX)
+        if not (type(name) is str and name and type(queue) is str and queue):
+            _check_text("name", name)
+            _check_text("queue", queue)
+        if key is not None or parent_id is not None or root_id is not None or correlation_id is not None:
+            _check_text("key", key, optional=True)
+            _check_text("parent_id", parent_id, optional=True)
+            _check_text("root_id", root_id, optional=True)
+            _check_text("correlation_id", correlation_id, optional=True)
+        if metadata is not None and not isinstance(metadata, dict):
+            raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
+        # Encoded before anything waits or writes: a bad value costs nothing.
+        payload_json = "{}" if payload is None else dumps(payload)
+        metadata_json = dumps(metadata) if metadata else "{}"
+
+        if self._gate is not None:
+            await self._gate.acquire(queue)
+        task_id = new_id("task")
+        params = {
+            "id": task_id,
+            "name": name,
+            "queue": queue,
+            "payload": payload_json,
+            "metadata": metadata_json,
+            "max_attempts": max_attempts,
+            "priority": priority,
+            "delay_ms": delay_ms,
+            "parent_id": parent_id,
+            "root_id": root_id or task_id,
+            "correlation_id": correlation_id,
+        }
+        if key is None:
+            rows = await self._fetch("insert_task", params)
+            return decode_task(rows[0], self._json_is_text)  # type: ignore[no-any-return]
+        return await self._submit_keyed(key, conflict, params)
+
+    def _encode(self, value: Any) -> str:
+        return dumps(value)  # type: ignore[no-any-return]
+
+    async def _submit_keyed(self, key: str, conflict: Conflict, params: dict[str, Any]) -> Task:
+        async with self._transaction() as fetch:
+            await fetch("lock_key", {"key": key})
+            existing = await self._keyed_task(fetch, key)
+            if existing is not None:
+                if conflict == "reject":
+                    raise AlreadyExists(key)
+                status = existing.status
+                live = status == "queued" or status == "running"
+                if (conflict == "reuse" and live) or (
+                    conflict == "reuse-succeeded" and (live or status == "succeeded")
+                ):
+                    return existing
+                if live:  # replace: the old task steps aside (a running one is flagged)
+                    await fetch("cancel", {"id": existing.id})
+            task = self._task((await fetch("insert_task", params))[0])
+            await fetch("upsert_key", {"key": key, "task_id": task.id})
+            return task
+
+    async def _keyed_task(self, fetch: Fetch, key: str) -> Task | None:
+        rows = await fetch("get_key", {"key": key})
+        if not rows:
+            return None
+        # Re-read inside the transaction: a purge may have cascaded the key away
+        # between snapshots, in which case the key is free.
+        return self._first(await fetch("get", {"id": rows[0][0]}))
+
+    # -- reads -----------------------------------------------------------
+
+    async def get(self, task_id: str) -> Task | None:
+        return self._first(await self._fetch("get", {"id": task_id}))
+
+    async def get_by_key(self, key: str) -> Task | None:
+        return self._first(await self._fetch("get_by_key", {"key": key}))
+
+    async def get_status(self, task_id: str) -> TaskRef | None:
+        rows = await self._fetch("get_status", {"id": task_id})
+        return TaskRef(rows[0][0], rows[0][1]) if rows else None
+
+    async def get_status_by_key(self, key: str) -> TaskRef | None:
+        rows = await self._fetch("get_status_by_key", {"key": key})
+        return TaskRef(rows[0][0], rows[0][1]) if rows else None
+
+    async def list(
+        self,
+        *,
+        status: TaskStatus | None = None,
+        queue: str | None = None,
+        name: str | None = None,
+        root_id: str | None = None,
+        correlation_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> builtins.list[Task]:
+        _check_status(status)
+        _check_int("limit", limit, minimum=0)
+        _check_int("offset", offset, minimum=0)
+        rows = await self._fetch(
+            "list",
+            {
+                "status": status,
+                "queue": queue,
+                "name": name,
+                "root_id": root_id,
+                "correlation_id": correlation_id,
+                "limit": limit,
+                "offset": offset,
+            },
+        )
+        return self._tasks(rows)
+
+    async def stats(self, queue: str | None = None) -> dict[str, dict[TaskStatus, int]]:
+        rows = await self._fetch("stats", {"queue": queue})
+        out: dict[str, dict[TaskStatus, int]] = {}
+        if queue is not None:
+            out[queue] = dict.fromkeys(STATUSES, 0)
+        for q, status, count in rows:
+            counts = out.get(q)
+            if counts is None:
+                counts = out[q] = dict.fromkeys(STATUSES, 0)
+            counts[status] = int(count)
+        return out
+
+    async def queue_depth(self, queue: str, max_depth: int) -> int:
+        _check_int("max_depth", max_depth, minimum=0)
+        rows = await self._fetch("queue_depth", {"queue": queue, "max_depth": max_depth})
+        return int(rows[0][0]) if rows and rows[0][0] is not None else 0
+
+    # -- client-side writes ----------------------------------------------
+
+    async def cancel(self, task_id: str) -> Task | None:
+        return self._first(await self._fetch("cancel", {"id": task_id}))
+
+    async def retry(self, task_id: str, *, reset_attempt: bool = False) -> Task | None:
+        params = {"id": task_id, "reset_attempt": bool(reset_attempt)}
+        return self._first(await self._fetch("retry", params))
+
+    async def cancel_by_key(self, key: str) -> Task | None:
+        return await self._by_key(key, "cancel", {})
+
+    async def retry_by_key(self, key: str, *, reset_attempt: bool = False) -> Task | None:
+        return await self._by_key(key, "retry", {"reset_attempt": bool(reset_attempt)})
+
+    async def _by_key(self, key: str, statement: str, extra: dict[str, Any]) -> Task | None:
+        async with self._transaction() as fetch:
+            await fetch("lock_key", {"key": key})
+            rows = await fetch("get_key", {"key": key})
+            if not rows:
+                return None
+            return self._first(await fetch(statement, {"id": rows[0][0], **extra}))
+
+    async def purge(
+        self,
+        *,
+        older_than_ms: int = 0,
+        queue: str | None = None,
+        status: TaskStatus | None = None,
+        name: str | None = None,
+        limit: int = 1_000,
+    ) -> builtins.list[str]:
+        validate_purge_input(older_than_ms=older_than_ms, status=status, limit=limit)
+        rows = await self._fetch(
+            "purge",
+            {
+                "older_than_ms": older_than_ms,
+                "queue": queue,
+                "status": status,
+                "name": name,
+                "limit": limit,
+            },
+        )
+        return [row[0] for row in rows]
+
+    # -- claiming ----------------------------------------------------------
+
+    def _claim_params(
+        self,
+        queues: Sequence[str],
+        worker_id: str,
+        lease_ms: int,
+        names: Sequence[str] | None,
+    ) -> dict[str, Any]:
+        _check_int("lease_ms", lease_ms, minimum=1)
+        _check_text("worker_id", worker_id)
+        queues = _unique(queues, "queues")
+        names = None if names is None else _unique(names, "names")
+        return {
+            "queues": queues,
+            "queue": queues[0] if len(queues) == 1 else None,
+            "names": names,
+            "name": None,
+            "worker_id": worker_id,
+            "lease_ms": lease_ms,
+            "limit": 1,
+            "lease_expired_error": LEASE_EXPIRED_ERROR_JSON,
+        }
+
+    async def claim_session(
+        self,
+        *,
+        queues: Sequence[str],
+        worker_id: str,
+        lease_ms: int = 30_000,
+        names: Sequence[str] | None,
+        plan: Callable[[ClaimDraw], Awaitable[Any]],
+    ) -> Any:
+        """Probe, then one write transaction: recover expired leases, run ``plan``.
+
+        ``plan`` receives ``draw(names, limit)`` and may call it several times
+        (one draw per claim source); it must await nothing else, since it runs
+        inside the transaction. Returns the plan's value, or None when the
+        read-only probe found nothing to do (no transaction was opened).
+        """
+        params = self._claim_params(queues, worker_id, lease_ms, names)
+        self._register_wakeable(params["queues"])
+        if not await self._has_claimable_work(params):
+            return None
+        async with self._transaction() as fetch:
+            await fetch("recover_leases", params)
+
+            async def draw(draw_names: Sequence[str] | None, limit: int) -> list[Task]:
+                if draw_names is not None:
+                    draw_names = _unique(draw_names, "draw names")
+                if limit <= 0 or (draw_names is not None and not draw_names):
+                    return []
+                draw_params = dict(params)
+                draw_params["names"] = draw_names
+                draw_params["name"] = draw_names[0] if draw_names else None
+                draw_params["limit"] = limit
+                stmt = claim_statement(params["queues"], draw_names)
+                return self._tasks(await fetch(stmt, draw_params))
+
+            return await plan(draw)
+
+    async def claim(
+        self,
+        *,
+        queues: Sequence[str],
+        worker_id: str,
+        lease_ms: int = 30_000,
+        limit: int = 1,
+        names: Sequence[str] | None = None,
+    ) -> builtins.list[Task]:
+        """One draw of up to ``limit`` tasks (probe, recovery and draw in one go)."""
+        _check_int("limit", limit)
+
+        async def one_draw(draw: ClaimDraw) -> list[Task]:
+            return await draw(None if names is None else builtins.list(names), limit)
+
+        claimed = await self.claim_session(
+            queues=queues, worker_id=worker_id, lease_ms=lease_ms, names=names, plan=one_draw
+        )
+        return claimed or []
+
+    # -- worker-side writes (ownership-checked) ---------------------------
+
+    async def _owned(self, task_id: str, statement: str, params: dict[str, Any]) -> Task:
+        rows = await self._fetch(statement, params)
+        if not rows:
+            raise LostLease(task_id)
+        return self._task(rows[0])
+
+    async def heartbeat(self, *, task_id: str, worker_id: str, lease_ms: int = 30_000) -> Task:
+        params = {"id": task_id, "worker_id": worker_id, "lease_ms": lease_ms}
+        return await self._owned(task_id, "heartbeat", params)
+
+    async def heartbeat_batch(
+        self, *, task_ids: Sequence[str], worker_id: str, lease_ms: int = 30_000
+    ) -> dict[str, bool]:
+        """Renew every lease in ``task_ids``: ``{id: cancel_requested}`` for each
+        one still held. Absent ids lost their lease; this never raises LostLease."""
+        if not task_ids:
+            return {}
+        params = {"ids": builtins.list(task_ids), "worker_id": worker_id, "lease_ms": lease_ms}
+        return decode_beats(await self._fetch("heartbeat_batch", params))  # type: ignore[no-any-return]
+
+    async def progress(
+        self,
+        *,
+        task_id: str,
+        worker_id: str,
+        progress: float | None,
+        message: str | None,
+    ) -> Task:
+        if progress is not None:
+            if isinstance(progress, bool) or not isinstance(progress, (int, float)):
+                raise TypeError(f"progress must be a number, got {type(progress).__name__}")
+            if not math.isfinite(progress):
+                raise ValueError(f"progress must be finite, got {progress!r}")
+        if message is not None and not isinstance(message, str):
+            raise TypeError(f"message must be a str, got {type(message).__name__}")
+        params = {
+            "id": task_id,
+            "worker_id": worker_id,
+            "progress": None if progress is None else float(progress),
+            "message": message,
+        }
+        return await self._owned(task_id, "progress", params)
+
+    def _result_json(self, result: Any) -> str | None:
+        return None if result is None else self._encode(result)
+
+    async def succeed(self, *, task_id: str, worker_id: str, result: Any) -> Task:
+        params = {
+            "id": task_id,
+            "worker_id": worker_id,
+            "result": self._result_json(result),
+            "message": None,
+        }
+        return await self._owned(task_id, "succeed", params)
+
+    async def complete(self, *, task_id: str, worker_id: str, result: Any) -> Task:
+        params = {"id": task_id, "worker_id": worker_id, "result": self._result_json(result)}
+        return await self._owned(task_id, "complete", params)
+
+    async def complete_in(
+        self,
+        *,
+        task_id: str,
+        worker_id: str,
+        write: Callable[[Any], Awaitable[Any]],
+    ) -> tuple[Task, Any]:
+        """Run ``write(session)`` and ``complete`` in one transaction (Postgres)."""
+        async with self._transaction_with_session() as (fetch, session):
+            value = await write(session)
+            params = {"id": task_id, "worker_id": worker_id, "result": self._result_json(value)}
+            rows = await fetch("complete", params)
+            if not rows:
+                raise LostLease(task_id)
+            return self._task(rows[0]), value
+
+    async def fail(
+        self,
+        *,
+        task_id: str,
+        worker_id: str,
+        error: dict[str, Any],
+        retryable: bool = True,
+        delay_ms: int = 0,
+    ) -> Task:
+        _check_int("delay_ms", delay_ms, minimum=0)
+        params = {
+            "id": task_id,
+            "worker_id": worker_id,
+            "error": self._error_json(error, retryable),
+            "retryable": bool(retryable),
+            "delay_ms": delay_ms,
+        }
+        return await self._owned(task_id, "fail", params)
+
+    def _error_json(self, error: Any, retryable: bool) -> str:
+        try:
+            return self._encode(error)
+        except SerializationError:
+            # Keep what can be kept: the string fields, in a well-formed envelope.
+            env = error if isinstance(error, Mapping) else {}
+            return self._encode(
+                {
+                    "type": str(env.get("type", "TaskError")),
+                    "code": str(env.get("code", "task_error")),
+                    "message": str(env.get("message", "")),
+                    "retryable": bool(retryable),
+                    "details": {},
+                }
+            )

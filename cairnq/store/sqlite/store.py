@@ -1,0 +1,286 @@
+"""``SQLiteStore``: the embedded default. One file, one connection per store."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from operator import itemgetter
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Callable
+
+from cairnq._ids import now_ms
+from cairnq._sql import Statement, load_migrations, load_statements
+from cairnq._speedups import encode_ids
+from cairnq.errors import StoreClosed
+from cairnq.models import TASK_COLUMNS
+from cairnq.store.base import Fetch, TaskStore
+from cairnq.store.sqlite.engine import SqliteEngine
+from cairnq.store.sqlite.opening import (
+    SYNCHRONOUS_MODES,
+    is_memory_path,
+    open_connection,
+    refresh_statistics,
+)
+
+log = logging.getLogger("cairnq.store")
+
+__all__ = ["SQLiteStore"]
+
+STATISTICS_INTERVAL_S = 60.0
+_monotonic = time.monotonic
+
+# SQLite binds times resolved from the SDK clock at bind time; the base passes
+# relative values (the Postgres statements add them to the database clock).
+_DERIVED: dict[str, Callable[[dict[str, Any], int], Any]] = {
+    "now_ms": lambda p, now: now,
+    "run_at_ms": lambda p, now: now + p["delay_ms"],
+    "lease_until_ms": lambda p, now: now + p["lease_ms"],
+    "before_ms": lambda p, now: now - p["older_than_ms"],
+}
+# List-valued parameters travel as JSON array text, expanded with json_each.
+_LISTS = frozenset(("queues", "names", "ids"))
+
+Binder = Callable[[dict[str, Any]], dict[str, Any]]
+Echo = Callable[[dict[str, Any]], tuple[Any, ...]]
+
+
+def _make_binder(stmt: Statement) -> Binder:
+    derived = [(p, _DERIVED[p]) for p in stmt.params if p in _DERIVED]
+    lists = [p for p in stmt.params if p in _LISTS]
+    plain = tuple(p for p in stmt.params if p not in _DERIVED and p not in _LISTS)
+    if len(plain) > 1:
+        pick = itemgetter(*plain)
+    elif plain:
+        only = plain[0]
+        pick = lambda params: (params[only],)  # noqa: E731 - itemgetter of one name is not a tuple
+    else:
+        pick = lambda params: ()  # noqa: E731
+
+    def bind(params: dict[str, Any]) -> dict[str, Any]:
+        out = dict(zip(plain, pick(params)))
+        if derived:
+            now = now_ms()
+            for p, derive in derived:
+                out[p] = derive(params, now)
+        for p in lists:
+            value = params[p]
+            out[p] = None if value is None else encode_ids(value)
+        return out
+
+    return bind
+
+
+_INSERT = re.compile(
+    r"^\s*insert\s+into\s+cairnq_tasks\s*\((?P<cols>[^)]*)\)\s*values\s*\((?P<vals>.*)\)\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+_LITERALS = {"null": None, "'queued'": "queued", "0": 0}
+
+
+def _insert_echo(stmt: Statement) -> Echo | None:
+    """For an insert into cairnq_tasks that names every column and has no
+    RETURNING: a function rebuilding the inserted row (table order) from the
+    bound parameters. None for any other statement."""
+    m = _INSERT.match(stmt.text)
+    if m is None:
+        return None
+    cols = [c.strip() for c in m["cols"].split(",")]
+    vals = [v.strip() for v in m["vals"].split(",")]
+    if sorted(cols) != sorted(TASK_COLUMNS) or len(vals) != len(cols):
+        return None
+    by_column = dict(zip(cols, vals))
+    template: list[Any] = []
+    slots: list[int] = []
+    params: list[str] = []
+    for i, column in enumerate(TASK_COLUMNS):
+        value = by_column[column]
+        if value.startswith(":"):
+            template.append(None)
+            slots.append(i)
+            params.append(value[1:])
+        elif value.lower() in _LITERALS:
+            template.append(_LITERALS[value.lower()])
+        else:
+            return None  # an expression: the row cannot be known without reading it
+    pick = itemgetter(*params)
+
+    def echo(bound: dict[str, Any]) -> tuple[Any, ...]:
+        row = template.copy()
+        for i, v in zip(slots, pick(bound)):
+            row[i] = v
+        return tuple(row)
+
+    return echo
+
+
+class SQLiteStore(TaskStore):
+    """Tasks in a SQLite file (or ``":memory:"``).
+
+    ``synchronous`` is an addition to the reference API: None (the default)
+    leaves SQLite's default, FULL, under which a submit that returned survives
+    power loss. ``"normal"`` trades that for fewer fsyncs: in WAL mode a crash
+    of the process loses nothing, a power cut may lose the last commits.
+    """
+
+    def __init__(
+        self, path: str, *, busy_timeout_ms: int = 5_000, synchronous: str | None = None
+    ) -> None:
+        if synchronous is not None and synchronous.lower() not in SYNCHRONOUS_MODES:
+            raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, got {synchronous!r}")
+        if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int):
+            raise TypeError("busy_timeout_ms must be an int")
+        if busy_timeout_ms < 0:
+            raise ValueError(f"busy_timeout_ms must be >= 0, got {busy_timeout_ms}")
+        self.path = str(path)
+        self.busy_timeout_ms = busy_timeout_ms
+        self.synchronous = synchronous.lower() if synchronous else None
+        self._statements = load_statements("sqlite")
+        self._binders = {name: _make_binder(s) for name, s in self._statements.items()}
+        self._echoes = {
+            name: echo
+            for name, s in self._statements.items()
+            if (echo := _insert_echo(s)) is not None
+        }
+        self._engine: SqliteEngine | None = None
+        self._connect_lock: asyncio.Lock | None = None
+        self._generation = 0  # bumped by every close; a connect that spans one fails
+        self._closing = False
+        self._close_task: asyncio.Task[None] | None = None
+        self._memory = is_memory_path(self.path)
+        self._memory_lost = False
+        self._statistics_due = 0.0
+        self._maintenance: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+    # -- lifecycle ---------------------------------------------------------
+
+    async def connect(self) -> None:
+        await self._connected()
+
+    async def _connected(self) -> SqliteEngine:
+        engine = self._engine
+        if engine is not None:
+            return engine
+        if self._closing:
+            raise StoreClosed()
+        if self._memory_lost:
+            raise StoreClosed("in-memory database was closed; it cannot be reopened")
+        if self._connect_lock is None:
+            self._connect_lock = asyncio.Lock()
+        async with self._connect_lock:
+            if self._engine is not None:
+                return self._engine
+            generation = self._generation
+            conn = await asyncio.to_thread(
+                open_connection,
+                self.path,
+                busy_timeout_ms=self.busy_timeout_ms,
+                synchronous=self.synchronous,
+                statements=self._statements,
+                migrations=load_migrations("sqlite"),
+            )
+            if generation != self._generation or self._closing:
+                conn.close()
+                raise RuntimeError("store was closed while connecting")
+            self._engine = SqliteEngine(conn, self.busy_timeout_ms)
+            self._statistics_due = time.monotonic() + STATISTICS_INTERVAL_S
+        self._start_sweeper()
+        return self._engine
+
+    async def close(self) -> None:
+        """Turn new work away, finish what is queued, close the connection.
+
+        Concurrent calls share one close. File stores reopen on next use; an
+        in-memory store cannot (its data is gone) and raises StoreClosed.
+        """
+        if self._close_task is None:
+            self._close_task = asyncio.get_running_loop().create_task(self._close())
+        task = self._close_task
+        try:
+            await asyncio.shield(task)
+        finally:
+            if task.done() and self._close_task is task:
+                self._close_task = None
+
+    async def _close(self) -> None:
+        self._closing = True
+        self._generation += 1
+        try:
+            if self._sweeper is not None:
+                await self._sweeper.stop()
+            if self._maintenance is not None:
+                await asyncio.gather(self._maintenance, return_exceptions=True)
+            engine, self._engine = self._engine, None
+            if engine is not None:
+                await engine.drain_and_close()
+                if self._memory:
+                    self._memory_lost = True
+        finally:
+            self._closing = False
+
+    async def protocol_version(self) -> int:
+        rows = await self._fetch("protocol_version", {})
+        return int(rows[0][0]) if rows else 0
+
+    # -- the driver seam -----------------------------------------------------
+
+    async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
+        engine = self._engine
+        if engine is None or engine.closing:
+            engine = await self._connected_or_closed()
+        if _monotonic() >= self._statistics_due:
+            self._schedule_statistics()
+        stmt = self._statements[name]
+        sql = stmt.specialize(params) if stmt.filters else stmt.text
+        bound = self._binders[name](params)
+        if stmt.is_read:
+            return await engine.read(sql, bound)
+        echo = self._echoes.get(name)
+        if echo is None:
+            return await engine.write(sql, bound)
+        await engine.write(sql, bound)
+        return [echo(bound)]
+
+    async def _connected_or_closed(self) -> SqliteEngine:
+        if self._closing:
+            raise StoreClosed()
+        return await self._connected()
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Fetch]:
+        engine = self._engine
+        if engine is None or engine.closing:
+            engine = await self._connected_or_closed()
+        statements, binders, echoes = self._statements, self._binders, self._echoes
+        async with engine.transaction() as run:
+
+            async def fetch(name: str, params: dict[str, Any]) -> list[Any]:
+                stmt = statements[name]
+                sql = stmt.specialize(params) if stmt.filters else stmt.text
+                bound = binders[name](params)
+                rows = await run(sql, bound)
+                echo = echoes.get(name)
+                return [echo(bound)] if echo is not None else rows
+
+            yield fetch
+
+    # -- planner statistics upkeep -------------------------------------------
+
+    def _schedule_statistics(self) -> None:
+        self._statistics_due = time.monotonic() + STATISTICS_INTERVAL_S
+        if self._maintenance is None or self._maintenance.done():
+            self._maintenance = asyncio.get_running_loop().create_task(self._refresh_statistics())
+
+    async def _refresh_statistics(self) -> None:
+        engine = self._engine
+        if engine is None or engine.closing:
+            return
+        try:
+            async with engine.exclusive() as conn:
+                refresh_statistics(conn, self._statements)
+        except Exception:  # best effort: busy, read-only file, ...
+            log.debug("planner statistics refresh skipped", exc_info=True)

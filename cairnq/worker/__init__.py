@@ -1,0 +1,26 @@
+"""The worker: claims tasks and runs their handlers. See ``worker.py``."""
+
+from cairnq._backoff import (
+    DEFAULT_RETRY_BACKOFF_MAX_MS,
+    DEFAULT_RETRY_BACKOFF_MS,
+    fail_delay_ms,
+    retry_delay_ms,
+)
+from cairnq.worker.registry import Handler
+from cairnq.worker.worker import CLAIM_ERROR_BACKOFF_S, OnError, Worker
+
+from typing import Literal
+
+ErrorPhase = Literal["claim", "execute"]
+
+__all__ = [
+    "Worker",
+    "Handler",
+    "ErrorPhase",
+    "OnError",
+    "CLAIM_ERROR_BACKOFF_S",
+    "retry_delay_ms",
+    "fail_delay_ms",
+    "DEFAULT_RETRY_BACKOFF_MS",
+    "DEFAULT_RETRY_BACKOFF_MAX_MS",
+]

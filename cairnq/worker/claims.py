@@ -1,0 +1,96 @@
+"""One poll's claim plan: which sources draw, how much, and how rows become calls.
+
+Runs inside the claim transaction (``TaskStore.claim_session``), so it awaits
+nothing but the draws. The call budget is spent against what each draw
+actually claimed, and sources are visited in an order that rotates between
+polls so no source is always first in line.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Awaitable, Callable, Optional, Sequence
+
+from cairnq.models import Task
+from cairnq.store.base import ClaimDraw
+from cairnq.worker.registry import Registration, Registry, Source
+
+__all__ = ["Call", "ClaimPlanner"]
+
+# A call: the registration to run (None when no handler is registered for the
+# name any more) and the tasks it receives.
+Call = tuple[Optional[Registration], list[Task]]
+
+
+def _claim_order(task: Task) -> tuple[int, int, str]:
+    return (-task.priority, task.run_at_ms, task.id)
+
+
+class ClaimPlanner:
+    def __init__(self, registry: Registry, claim_batch: Optional[int]) -> None:
+        self._registry = registry
+        self._claim_batch = claim_batch
+        self._start = 0
+
+    def plan(
+        self, free_calls: int, in_use: Callable[[str], int]
+    ) -> Callable[[ClaimDraw], Awaitable[list[Call]]]:
+        """The plan for this poll. ``in_use(resource)`` counts the calls in flight
+        holding a resource."""
+        registry = self._registry
+        sources = registry.sources
+        if sources:
+            start = self._start % len(sources)
+            self._start = start + 1
+            sources = sources[start:] + sources[:start]
+
+        async def run(draw: ClaimDraw) -> list[Call]:
+            calls: list[Call] = []
+            left = free_calls
+            drawn: dict[str, int] = defaultdict(int)
+            for source in sources:
+                if left <= 0:
+                    break
+                quota = self._quota(source, left, in_use, drawn)
+                if quota <= 0:
+                    continue
+                rows = await draw(list(source.names), source.batch * quota)
+                made = self._calls(rows)
+                calls.extend(made)
+                left -= len(made)
+                for resource in source.resources:
+                    drawn[resource] += len(made)
+            return calls
+
+        return run
+
+    def _quota(
+        self,
+        source: Source,
+        left: int,
+        in_use: Callable[[str], int],
+        drawn: dict[str, int],
+    ) -> int:
+        quota = left
+        capacities = self._registry.capacities
+        for resource in source.resources:
+            headroom = capacities[resource] - in_use(resource) - drawn[resource]
+            quota = min(quota, max(0, headroom))
+        if self._claim_batch is not None:
+            quota = min(quota, max(1, self._claim_batch // source.batch))
+        return quota
+
+    def _calls(self, rows: Sequence[Task]) -> list[Call]:
+        """Group by name (first seen first), then chunk by that name's batch."""
+        by_name: dict[str, list[Task]] = {}
+        for task in sorted(rows, key=_claim_order):
+            by_name.setdefault(task.name, []).append(task)
+        calls: list[Call] = []
+        registrations = self._registry.by_name
+        for name, tasks in by_name.items():
+            reg = registrations.get(name)
+            size = reg.chunk if reg is not None else 1
+            for i in range(0, len(tasks), size):
+                calls.append((reg, tasks[i : i + size]))
+        return calls
+

@@ -1,0 +1,209 @@
+"""Delivery and settlement: run one call, then settle what the handler left.
+
+Outcome of the call -> what happens to every task it did not settle itself:
+
+    returned            complete(result)   (a batch: result from a returned
+                                            {task_id: result} dict, else None)
+    raised LostLease    nothing is written
+    ran past max_run_ms fail(handler_timeout, retryable)
+    raised TaskError    fail(its envelope, its retryable)
+    raised anything     fail(handler_error, retryable)
+
+Cancel wins over all of these in the statements themselves. Leftovers of a
+batch settle concurrently (and so share a commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from cairnq._backoff import fail_delay_ms
+from cairnq.context import TaskContext
+from cairnq.errors import (
+    LostLease,
+    SerializationError,
+    TaskError,
+    error_envelope,
+    exception_envelope,
+)
+from cairnq.store.base import TaskStore
+from cairnq.worker.registry import Registration
+
+__all__ = ["Settings", "run_call", "no_handler"]
+
+Report = Callable[[BaseException, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Settings:
+    store: TaskStore
+    worker_id: str
+    lease_ms: int
+    retry_backoff_ms: int
+    retry_backoff_max_ms: int
+    max_run_ms: Optional[int]
+    report: Report
+
+
+class _Timeout:
+    """Marker outcome: the call ran past max_run_ms."""
+
+
+async def run_call(settings: Settings, reg: Registration, contexts: list[TaskContext]) -> None:
+    """Run the handler for ``contexts`` and settle every task it left unsettled."""
+    try:
+        outcome: Any = await _invoke(settings, reg, contexts)
+        raised: Optional[BaseException] = None
+    except LostLease:
+        return  # we no longer own these tasks: write nothing
+    except Exception as exc:  # the handler failed: settled below
+        outcome, raised = None, exc
+    await _settle(settings, reg, contexts, outcome, raised)
+
+
+async def _invoke(settings: Settings, reg: Registration, contexts: list[TaskContext]) -> Any:
+    if reg.style == "batch":
+        args: tuple[Any, ...] = (contexts,)
+    elif reg.style == "ctx_payload":
+        args = (contexts[0], contexts[0].payload)
+    else:
+        args = (contexts[0],)
+    if settings.max_run_ms is None:
+        return await _call(reg, args)
+    handler = asyncio.ensure_future(_call(reg, args))
+    done, _ = await asyncio.wait((handler,), timeout=settings.max_run_ms / 1000)
+    if done:
+        return handler.result()
+    # Over time: nothing the handler does from here on counts. Flag the leases
+    # first so its writes are refused locally, then abandon it (a thread running
+    # a plain-def handler cannot be stopped; only its result is ignored).
+    for ctx in contexts:
+        ctx._mark_lease_lost()
+    handler.cancel()
+    handler.add_done_callback(_consume)
+    return _Timeout
+
+
+async def _call(reg: Registration, args: tuple[Any, ...]) -> Any:
+    if reg.is_async:
+        return await reg.fn(*args)
+    value = await asyncio.to_thread(reg.fn, *args)
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+def _consume(task: "asyncio.Future[Any]") -> None:
+    if not task.cancelled():
+        task.exception()  # abandoned handler: its outcome is deliberately dropped
+
+
+async def _settle(
+    settings: Settings,
+    reg: Registration,
+    contexts: list[TaskContext],
+    outcome: Any,
+    raised: Optional[BaseException],
+) -> None:
+    leftovers = [ctx for ctx in contexts if not ctx.settled]
+    if outcome is _Timeout:
+        envelope = error_envelope(
+            type="HandlerTimeout",
+            code="handler_timeout",
+            message=(
+                f"handler for {reg.name!r} exceeded max_run_ms={settings.max_run_ms}ms; "
+                "the attempt was abandoned"
+            ),
+            retryable=True,
+        )
+        await _each(settings, leftovers, lambda ctx: _fail(settings, ctx, envelope, True))
+        return
+    if raised is not None:
+        if isinstance(raised, TaskError):
+            envelope, retryable = raised.envelope(), raised.retryable
+        else:
+            envelope, retryable = exception_envelope(raised, retryable=True), True
+        await _each(settings, leftovers, lambda ctx: _fail(settings, ctx, envelope, retryable))
+        return
+    if reg.style == "batch":
+        results = outcome if isinstance(outcome, dict) else {}
+        await _each(settings, leftovers, lambda ctx: _complete(settings, ctx, results.get(ctx.task_id)))
+    else:
+        await _each(settings, leftovers, lambda ctx: _complete(settings, ctx, outcome))
+
+
+async def _each(
+    settings: Settings,
+    contexts: list[TaskContext],
+    settle: Callable[[TaskContext], Any],
+) -> None:
+    if len(contexts) == 1:
+        await _guarded(settings, contexts[0], settle)
+    elif contexts:
+        await asyncio.gather(*(_guarded(settings, ctx, settle) for ctx in contexts))
+
+
+async def _guarded(settings: Settings, ctx: TaskContext, settle: Callable[[TaskContext], Any]) -> None:
+    """A settlement's failure is reported, never raised: the worker goes on."""
+    try:
+        await settle(ctx)
+    except Exception as exc:
+        settings.report(exc, {"phase": "execute", "task_id": ctx.task_id})
+
+
+async def _complete(settings: Settings, ctx: TaskContext, result: Any) -> None:
+    if ctx.lost_lease:
+        return
+    try:
+        task = await settings.store.complete(
+            task_id=ctx.task_id, worker_id=settings.worker_id, result=result
+        )
+    except SerializationError as exc:
+        envelope = error_envelope(
+            type="SerializationError",
+            code="unserializable_result",
+            message=f"handler result is not JSON-serializable: {exc.__cause__ or exc}",
+            retryable=False,
+        )
+        await _fail(settings, ctx, envelope, False)
+        return
+    except LostLease:
+        ctx._mark_lease_lost()
+        return
+    ctx._observe(task)
+    ctx._mark_settled()
+
+
+async def _fail(settings: Settings, ctx: TaskContext, envelope: dict[str, Any], retryable: bool) -> None:
+    delay = fail_delay_ms(
+        ctx.attempt,
+        retryable=retryable,
+        base_ms=settings.retry_backoff_ms,
+        max_ms=settings.retry_backoff_max_ms,
+    )
+    try:
+        await settings.store.fail(
+            task_id=ctx.task_id,
+            worker_id=settings.worker_id,
+            error=envelope,
+            retryable=retryable,
+            delay_ms=delay,
+        )
+    except LostLease:
+        pass  # somebody else owns it now; their outcome stands
+    ctx._mark_settled()
+
+
+async def no_handler(settings: Settings, contexts: list[TaskContext]) -> None:
+    """A claimed name with no handler (unregistered mid-run): fail it for good."""
+    for ctx in contexts:
+        envelope = error_envelope(
+            type="NoHandler",
+            code="no_handler",
+            message=f"no handler registered for {ctx.name!r}",
+            retryable=False,
+        )
+        await _guarded(settings, ctx, lambda c: _fail(settings, c, envelope, False))

@@ -1,0 +1,102 @@
+"""Running a worker as a process (``serve``) or beside other work (``background``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import TYPE_CHECKING, AsyncIterator, Optional
+
+if TYPE_CHECKING:
+    from cairnq.worker.worker import Worker
+
+log = logging.getLogger("cairnq.worker")
+
+__all__ = ["serve", "background"]
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def serve(worker: Worker, concurrency: Optional[int]) -> None:
+    """``asyncio.run`` the worker with signal handling; see ``Worker.serve``."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError("Worker.serve() blocks; inside a running loop use `await worker.run()`")
+    asyncio.run(_serve(worker, concurrency))
+
+
+async def _serve(worker: Worker, concurrency: Optional[int]) -> None:
+    loop = asyncio.get_running_loop()
+    installed = _install_handlers(loop, worker)
+    try:
+        await worker.run(concurrency=concurrency)
+    finally:
+        _remove_handlers(loop, installed)
+        if worker._owns_store:
+            with contextlib.suppress(Exception):
+                await worker.close()
+
+
+def _install_handlers(loop: asyncio.AbstractEventLoop, worker: Worker) -> list[signal.Signals]:
+    installed: list[signal.Signals] = []
+
+    def first_signal(sig: signal.Signals) -> None:
+        # Graceful: stop claiming, let in-flight calls finish. The handlers go,
+        # so a second signal gets the default behaviour (interrupt / terminate).
+        log.info("received %s: draining in-flight calls", sig.name)
+        _remove_handlers(loop, installed)
+        worker.stop()
+
+    for sig in _SIGNALS:
+        try:
+            loop.add_signal_handler(sig, first_signal, sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            continue  # not the main thread, or a platform without signal support
+        installed.append(sig)
+    return installed
+
+
+def _remove_handlers(loop: asyncio.AbstractEventLoop, installed: list[signal.Signals]) -> None:
+    while installed:
+        sig = installed.pop()
+        with contextlib.suppress(Exception):
+            loop.remove_signal_handler(sig)
+
+
+@contextlib.asynccontextmanager
+async def background(worker: Worker, concurrency: Optional[int]) -> AsyncIterator[Worker]:
+    """Run the worker as a task for the duration of the block.
+
+    On exit: stop, wait for the run to end, close the store if the worker built
+    it. A run that failed (a migration error, a protocol mismatch) is raised
+    when the block itself ended cleanly, and attached as the block's exception's
+    ``__cause__`` otherwise.
+    """
+    run = asyncio.get_running_loop().create_task(worker.run(concurrency=concurrency))
+    body_error: Optional[BaseException] = None
+    try:
+        yield worker
+    except BaseException as exc:
+        body_error = exc
+        raise
+    finally:
+        worker.stop()
+        run_error: Optional[BaseException] = None
+        try:
+            await run
+        except asyncio.CancelledError:
+            pass
+        except Exception as exc:
+            run_error = exc
+        if worker._owns_store:
+            with contextlib.suppress(Exception):
+                await worker.close()
+        if run_error is not None:
+            if body_error is None:
+                raise run_error
+            if body_error.__cause__ is None:
+                body_error.__cause__ = run_error

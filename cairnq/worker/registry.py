@@ -1,0 +1,141 @@
+"""Handler registrations and the claim sources they imply.
+
+A *source* is one draw per poll: a name that sizes itself (``batch=``,
+``resource=`` or its own ``concurrency=``) draws on its own, so its quota can
+be counted in its own units; every other name shares one draw.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Optional
+
+__all__ = ["Registration", "Source", "Registry", "Handler", "CallStyle"]
+
+Handler = Callable[..., Any]
+CallStyle = Literal["batch", "ctx_payload", "ctx"]
+
+# Per-name concurrency is bookkept as a resource of the name's own.
+_NAME_CAP_PREFIX = "\x00concurrency:"
+
+
+def _is_async(fn: Handler) -> bool:
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(fn, "__call__", None)  # noqa: B004 - an object with async __call__
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def _call_style(fn: Handler, batch: Optional[int]) -> CallStyle:
+    if batch is not None:
+        return "batch"
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature: the simple form
+        return "ctx"
+    positional = 0
+    for p in params:
+        if p.kind is p.VAR_POSITIONAL:
+            return "ctx_payload"
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            positional += 1
+    return "ctx_payload" if positional >= 2 else "ctx"
+
+
+@dataclass(frozen=True)
+class Registration:
+    name: str
+    fn: Handler
+    batch: Optional[int]
+    resource: Optional[str]
+    concurrency: Optional[int]
+    style: CallStyle
+    is_async: bool
+
+    @property
+    def chunk(self) -> int:
+        """Tasks per call."""
+        return self.batch or 1
+
+    @property
+    def resources(self) -> tuple[str, ...]:
+        """Every resource one call of this name holds while it runs."""
+        held = []
+        if self.resource is not None:
+            held.append(self.resource)
+        if self.concurrency is not None:
+            held.append(_NAME_CAP_PREFIX + self.name)
+        return tuple(held)
+
+
+@dataclass(frozen=True)
+class Source:
+    names: tuple[str, ...]
+    batch: int
+    resources: tuple[str, ...]
+
+
+class Registry:
+    """Names to handlers, plus resource capacities (per worker process)."""
+
+    def __init__(self, resources: Optional[dict[str, int]]) -> None:
+        self.capacities: dict[str, int] = {}
+        for resource, capacity in (resources or {}).items():
+            if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+                raise ValueError(f"resource {resource!r} capacity must be an int >= 1, got {capacity!r}")
+            self.capacities[resource] = capacity
+        self.by_name: dict[str, Registration] = {}
+        self.sources: tuple[Source, ...] = ()
+        self.names: tuple[str, ...] = ()
+
+    def register(
+        self,
+        name: str,
+        fn: Handler,
+        *,
+        batch: Optional[int] = None,
+        resource: Optional[str] = None,
+        concurrency: Optional[int] = None,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"task name must be a non-empty str, got {name!r}")
+        if not callable(fn):
+            raise TypeError(f"handler for {name!r} is not callable")
+        if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+            raise ValueError(f"batch must be an int >= 1, got {batch!r}")
+        if concurrency is not None and (
+            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+        ):
+            raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        if resource is not None and resource not in self.capacities:
+            declared = ", ".join(repr(r) for r in self.capacities) or "none"
+            raise ValueError(
+                f"resource {resource!r} for {name!r} is not declared in resources= "
+                f"(declared: {declared})"
+            )
+        self.by_name[name] = Registration(
+            name=name,
+            fn=fn,
+            batch=batch,
+            resource=resource,
+            concurrency=concurrency,
+            style=_call_style(fn, batch),
+            is_async=_is_async(fn),
+        )
+        if concurrency is not None:
+            self.capacities[_NAME_CAP_PREFIX + name] = concurrency
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        own: list[Source] = []
+        shared: list[str] = []
+        for reg in self.by_name.values():
+            if reg.batch is not None or reg.resources:
+                own.append(Source((reg.name,), reg.chunk, reg.resources))
+            else:
+                shared.append(reg.name)
+        if shared:
+            own.append(Source(tuple(shared), 1, ()))
+        self.sources = tuple(own)
+        self.names = tuple(self.by_name)

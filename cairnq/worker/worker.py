@@ -1,0 +1,385 @@
+"""``Worker``: claims tasks and runs their handlers.
+
+The pieces, each in its own module:
+
+    registry.py    handlers, call conventions, claim sources
+    claims.py      one poll's plan: quotas per source, rows -> calls
+    heartbeat.py   one heartbeat loop for every lease held
+    execution.py   running a call and settling what it leaves
+    lifecycle.py   serve() and background(): signals, shutdown, ownership
+
+This module is the claim loop that ties them together, plus the public API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from typing import Any, AsyncContextManager, Callable, Optional, Sequence, Union
+
+from cairnq._backoff import DEFAULT_RETRY_BACKOFF_MAX_MS, DEFAULT_RETRY_BACKOFF_MS
+from cairnq._ids import new_id
+from cairnq.backpressure import DEFAULT_MAX_WAIT_MS, QueueDepthLimit
+from cairnq.context import TaskContext
+from cairnq.models import TaskDef
+from cairnq.store.base import TaskStore
+from cairnq.worker import lifecycle
+from cairnq.worker.claims import Call, ClaimPlanner
+from cairnq.worker.execution import Settings, no_handler, run_call
+from cairnq.worker.heartbeat import Heartbeats
+from cairnq.worker.registry import Handler, Registry
+
+log = logging.getLogger("cairnq.worker")
+
+__all__ = ["Worker", "OnError", "CLAIM_ERROR_BACKOFF_S"]
+
+OnError = Callable[[BaseException, dict[str, Any]], None]
+CLAIM_ERROR_BACKOFF_S = 0.25
+
+
+def _check_positive(what: str, value: Any, *, allow_none: bool = True) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{what} must be an int > 0, got {value!r}")
+
+
+class Worker:
+    """Runs handlers for the tasks of ``queues``.
+
+    ``concurrency`` counts handler calls in flight (a batch call counts once).
+    Additions to the 0.15.1 surface: ``heartbeat_interval_ms`` (default
+    ``max(50, lease_ms // 3)``), ``claim_batch`` (cap on calls a source starts
+    per poll), ``max_in_flight_bytes`` (stop claiming while the running
+    payloads' JSON size reaches it), and ``concurrency=`` per task name.
+    """
+
+    def __init__(
+        self,
+        store: TaskStore,
+        queues: Union[list[str], tuple[str, ...]],
+        *,
+        concurrency: int = 1,
+        lease_ms: int = 30_000,
+        poll_interval_ms: int = 500,
+        retry_backoff_ms: int = DEFAULT_RETRY_BACKOFF_MS,
+        retry_backoff_max_ms: int = DEFAULT_RETRY_BACKOFF_MAX_MS,
+        max_run_ms: Optional[int] = None,
+        resources: Optional[dict[str, int]] = None,
+        max_queue_depth: Optional[QueueDepthLimit] = None,
+        max_queue_wait_ms: int = DEFAULT_MAX_WAIT_MS,
+        on_error: Optional[OnError] = None,
+        heartbeat_interval_ms: Optional[int] = None,
+        claim_batch: Optional[int] = None,
+        max_in_flight_bytes: Optional[int] = None,
+    ) -> None:
+        if max_run_ms is not None and (
+            isinstance(max_run_ms, bool) or not isinstance(max_run_ms, int) or max_run_ms <= 0
+        ):
+            raise ValueError(f"max_run_ms must be an int > 0 or None, got {max_run_ms!r}")
+        registry = Registry(resources)  # validates capacities
+        if isinstance(queues, str):
+            raise TypeError("queues must be a list of queue names, not a str")
+        queues = list(queues)
+        if not queues or not all(isinstance(q, str) and q for q in queues):
+            raise ValueError(f"queues must be non-empty names, got {queues!r}")
+        _check_positive("concurrency", concurrency, allow_none=False)
+        _check_positive("lease_ms", lease_ms, allow_none=False)
+        _check_positive("poll_interval_ms", poll_interval_ms, allow_none=False)
+        _check_positive("heartbeat_interval_ms", heartbeat_interval_ms)
+        _check_positive("claim_batch", claim_batch)
+        _check_positive("max_in_flight_bytes", max_in_flight_bytes)
+        if max_queue_depth is not None:
+            store.use_backpressure(max_queue_depth, max_queue_wait_ms=max_queue_wait_ms)
+
+        self._store = store
+        self._queues = queues
+        self._concurrency = concurrency
+        self._lease_ms = lease_ms
+        self._poll_interval_ms = poll_interval_ms
+        self._retry_backoff_ms = retry_backoff_ms
+        self._retry_backoff_max_ms = retry_backoff_max_ms
+        self._max_run_ms = max_run_ms
+        self._on_error = on_error
+        self._max_in_flight_bytes = max_in_flight_bytes
+        self._heartbeat_interval_ms = heartbeat_interval_ms or max(50, lease_ms // 3)
+        self._worker_id = new_id("worker")
+        self._registry = registry
+        self._planner = ClaimPlanner(registry, claim_batch)
+        self._owns_store = False
+        self._settings = Settings(
+            store=store,
+            worker_id=self._worker_id,
+            lease_ms=lease_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
+            max_run_ms=max_run_ms,
+            report=self._report,
+        )
+
+        self._stopping = False
+        self._stop_event: asyncio.Event | None = None
+        self._calls: set[asyncio.Task[None]] = set()
+        self._call_done: asyncio.Event | None = None
+        self._in_use: Counter[str] = Counter()
+        self._in_flight_bytes = 0
+        self._heartbeats: Heartbeats | None = None
+
+    # -- factories ------------------------------------------------------------
+
+    @classmethod
+    def sqlite(
+        cls,
+        path: str,
+        *,
+        queues: Union[list[str], tuple[str, ...]] = ("default",),
+        concurrency: int = 1,
+        lease_ms: int = 30_000,
+        busy_timeout_ms: int = 5_000,
+        **kwargs: Any,
+    ) -> "Worker":
+        from cairnq.store.sqlite import SQLiteStore
+
+        synchronous = kwargs.pop("synchronous", None)
+        store = SQLiteStore(path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
+        worker = cls(store, queues, concurrency=concurrency, lease_ms=lease_ms, **kwargs)
+        worker._owns_store = True
+        return worker
+
+    @classmethod
+    def postgres(
+        cls,
+        source: Any,
+        *,
+        queues: Union[list[str], tuple[str, ...]] = ("default",),
+        concurrency: int = 1,
+        lease_ms: int = 30_000,
+        min_size: int = 1,
+        max_size: int = 10,
+        schema: Optional[str] = None,
+        **kwargs: Any,
+    ) -> "Worker":
+        from cairnq.store.postgres import PostgresStore
+
+        store = PostgresStore(source, min_size=min_size, max_size=max_size, schema=schema)
+        worker = cls(store, queues, concurrency=concurrency, lease_ms=lease_ms, **kwargs)
+        worker._owns_store = True
+        return worker
+
+    # -- registration -----------------------------------------------------------
+
+    @property
+    def worker_id(self) -> str:
+        return self._worker_id
+
+    @property
+    def store(self) -> TaskStore:
+        return self._store
+
+    def task(
+        self,
+        name: Union[str, TaskDef[Any, Any], Handler, None] = None,
+        *,
+        batch: Optional[int] = None,
+        resource: Optional[str] = None,
+        concurrency: Optional[int] = None,
+    ) -> Any:
+        """Register a handler: ``@worker.task``, ``@worker.task("name")``,
+        ``@worker.task(task_def)``, ``@worker.task(batch=64)``, ... Returns the
+        function itself."""
+        if callable(name) and not isinstance(name, (str, TaskDef)):
+            fn = name
+            self.register(self._name_of(fn), fn, batch=batch, resource=resource, concurrency=concurrency)
+            return fn
+        explicit = name.name if isinstance(name, TaskDef) else name
+
+        def decorate(fn: Handler) -> Handler:
+            task_name = explicit if explicit is not None else self._name_of(fn)
+            self.register(task_name, fn, batch=batch, resource=resource, concurrency=concurrency)
+            return fn
+
+        return decorate
+
+    @staticmethod
+    def _name_of(fn: Handler) -> str:
+        name = getattr(fn, "__name__", None)
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(
+                f"cannot name a task after {fn!r}; pass a name: @worker.task('my.task')"
+            )
+        return name
+
+    def register(
+        self,
+        name: str,
+        fn: Handler,
+        *,
+        batch: Optional[int] = None,
+        resource: Optional[str] = None,
+        concurrency: Optional[int] = None,
+    ) -> None:
+        """Register (or replace) the handler for ``name``; allowed while running."""
+        self._registry.register(name, fn, batch=batch, resource=resource, concurrency=concurrency)
+
+    # -- running ------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop claiming; ``run()`` returns once the calls in flight finish."""
+        self._stopping = True
+        if self._stop_event is not None:
+            self._stop_event.set()
+
+    async def close(self) -> None:
+        """Close the store (always, whoever owns it)."""
+        await self._store.close()
+
+    async def run(self, *, concurrency: Optional[int] = None) -> None:
+        """Claim and run tasks until ``stop()``. Connects the store; never closes it."""
+        limit = max(1, concurrency or self._concurrency)
+        self._stopping = False
+        self._stop_event = asyncio.Event()
+        self._call_done = asyncio.Event()
+        self._heartbeats = Heartbeats(
+            self._store, self._worker_id, self._lease_ms, self._heartbeat_interval_ms, self._report
+        )
+        await self._store.connect()
+        try:
+            await self._poll_loop(limit)
+        finally:
+            if self._calls:
+                await asyncio.gather(*self._calls, return_exceptions=True)
+            await self._heartbeats.stop()
+
+    def serve(self, *, concurrency: Optional[int] = None) -> None:
+        """Run in this process until SIGINT/SIGTERM (the first drains, a second
+        one acts as usual); closes the store if the worker built it."""
+        lifecycle.serve(self, concurrency)
+
+    def background(self, *, concurrency: Optional[int] = None) -> AsyncContextManager["Worker"]:
+        """``async with worker.background():`` runs the worker beside other work."""
+        return lifecycle.background(self, concurrency)
+
+    # -- the claim loop --------------------------------------------------------------
+
+    async def _poll_loop(self, limit: int) -> None:
+        stop = self._stop_event
+        assert stop is not None and self._call_done is not None
+        while not self._stopping:
+            free = limit - len(self._calls)
+            if free <= 0 or self._over_byte_budget():
+                self._call_done.clear()
+                await self._first_of(self._call_done.wait(), stop.wait())
+                continue
+            if not self._registry.sources:
+                await self._idle(resource_wake=False)
+                continue
+            try:
+                calls = await self._store.claim_session(
+                    queues=self._queues,
+                    worker_id=self._worker_id,
+                    lease_ms=self._lease_ms,
+                    names=list(self._registry.names),
+                    plan=self._planner.plan(free, self._in_use.__getitem__),
+                )
+            except Exception as exc:
+                self._report(exc, {"phase": "claim"})
+                await self._first_of(asyncio.sleep(CLAIM_ERROR_BACKOFF_S), stop.wait())
+                continue
+            if calls:
+                for call in calls:
+                    self._dispatch(call)
+            else:
+                await self._idle(resource_wake=True)
+
+    async def _idle(self, *, resource_wake: bool) -> None:
+        assert self._stop_event is not None and self._call_done is not None
+        waits = [
+            self._store.claim_wake(self._queues, self._poll_interval_ms),
+            self._stop_event.wait(),
+        ]
+        if resource_wake and self._registry.capacities:
+            self._call_done.clear()  # a finished call frees its resource units
+            waits.append(self._call_done.wait())
+        await self._first_of(*waits)
+
+    @staticmethod
+    async def _first_of(*aws: Any) -> None:
+        tasks = [asyncio.ensure_future(a) for a in aws]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in tasks:
+                if not t.done():
+                    t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _over_byte_budget(self) -> bool:
+        budget = self._max_in_flight_bytes
+        return budget is not None and self._in_flight_bytes >= budget
+
+    def _dispatch(self, call: Call) -> None:
+        reg, tasks = call
+        settings = self._settings
+        contexts = [
+            TaskContext(
+                self._store,
+                task,
+                self._worker_id,
+                self._lease_ms,
+                retry_backoff_ms=self._retry_backoff_ms,
+                retry_backoff_max_ms=self._retry_backoff_max_ms,
+            )
+            for task in tasks
+        ]
+        held = reg.resources if reg is not None else ()
+        for resource in held:
+            self._in_use[resource] += 1
+        size = self._payload_bytes(tasks)
+        self._in_flight_bytes += size
+        if reg is not None:
+            assert self._heartbeats is not None
+            self._heartbeats.hold(contexts)
+            work = run_call(settings, reg, contexts)
+        else:
+            work = no_handler(settings, contexts)
+        task = asyncio.get_running_loop().create_task(work)
+        self._calls.add(task)
+        task.add_done_callback(lambda t: self._finished(t, contexts, held, size))
+
+    def _finished(
+        self,
+        task: asyncio.Task[None],
+        contexts: list[TaskContext],
+        held: Sequence[str],
+        size: int,
+    ) -> None:
+        self._calls.discard(task)
+        for resource in held:
+            self._in_use[resource] -= 1
+        self._in_flight_bytes -= size
+        if self._heartbeats is not None:
+            for ctx in contexts:
+                self._heartbeats.release(ctx)
+        if not task.cancelled() and task.exception() is not None:
+            self._report(task.exception(), {"phase": "execute", "task_id": contexts[0].task_id})  # type: ignore[arg-type]
+        if self._call_done is not None:
+            self._call_done.set()
+
+    def _payload_bytes(self, tasks: Sequence[Any]) -> int:
+        if self._max_in_flight_bytes is None:
+            return 0
+        import orjson
+
+        return sum(len(orjson.dumps(t.payload)) for t in tasks)
+
+    def _report(self, exc: BaseException, info: dict[str, Any]) -> None:
+        """Errors the loop survived go to on_error (whose own errors are swallowed)."""
+        hook = self._on_error
+        if hook is None:
+            log.debug("worker error (%s): %r", info, exc)
+            return
+        try:
+            hook(exc, info)
+        except Exception:
+            log.debug("on_error hook raised", exc_info=True)

@@ -1,0 +1,1 @@
+select task_id from cairnq_task_keys where key = :key

@@ -1,0 +1,5 @@
+select queue, status, count(*) as count
+from cairnq_tasks
+where (:queue::text is null or queue = :queue)
+group by queue, status
+order by queue, status

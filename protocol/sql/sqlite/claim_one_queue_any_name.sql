@@ -1,0 +1,18 @@
+-- Draw up to :limit due tasks of one queue, any name, in claim order: an
+-- ordered walk of cairnq_tasks_claim_idx that stops after :limit due rows.
+update cairnq_tasks
+set status = 'running',
+    worker_id = :worker_id,
+    lease_until_ms = :lease_until_ms,
+    attempt = attempt + 1,
+    updated_at_ms = :now_ms
+where id in (
+    select id
+    from cairnq_tasks
+    where queue = :queue
+      and status = 'queued'
+      and +run_at_ms <= :now_ms
+    order by priority desc, run_at_ms, id
+    limit :limit
+)
+returning *

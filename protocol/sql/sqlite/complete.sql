@@ -1,0 +1,15 @@
+-- How a worker finishes a handler: succeeded with the result, unless a cancel
+-- was requested meanwhile, in which case canceled and the result is dropped.
+-- Ownership-checked.
+update cairnq_tasks
+set status = case when cancel_requested_at_ms is null then 'succeeded' else 'canceled' end,
+    result = case when cancel_requested_at_ms is null then :result else result end,
+    progress = case when cancel_requested_at_ms is null then 1.0 else progress end,
+    lease_until_ms = null,
+    completed_at_ms = :now_ms,
+    updated_at_ms = :now_ms
+where id = :id
+  and status = 'running'
+  and worker_id = :worker_id
+  and lease_until_ms > :now_ms
+returning *

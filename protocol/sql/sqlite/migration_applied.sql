@@ -1,0 +1,1 @@
+select 1 as applied from cairnq_migrations where name = :name

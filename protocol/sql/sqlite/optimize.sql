@@ -1,0 +1,2 @@
+-- Refresh planner statistics where SQLite judges them stale.
+pragma optimize

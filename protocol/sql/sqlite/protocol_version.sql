@@ -1,0 +1,1 @@
+select value from cairnq_meta where key = 'protocol_version'
