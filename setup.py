@@ -62,6 +62,7 @@ setup(
         "cairnq.store",
         "cairnq.store.sqlite",
         "cairnq.worker",
+        "cairnq.cli",
         "cairnq._speedups",
         "cairnq._protocol",
         *(f"cairnq._protocol.{kind}.{dialect}" for kind in ("migrations", "sql") for dialect in ("sqlite", "postgres")),

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Strict JSON encoding, compiled. Twin of ``jsoncodec.py``'s ``dumps``.
+"""Strict JSON, compiled. Twin of ``jsoncodec.py``.
 
 Output is byte-identical to the stdlib encoder the reference SDK uses. orjson
 writes the document when a walk over the value proves the two agree on it:
@@ -13,12 +13,18 @@ path, which raises SerializationError for what is not strict JSON.
 
 from cpython.unicode cimport PyUnicode_GET_LENGTH, PyUnicode_READ_CHAR
 
+import json
+
 import orjson
 
 from cairnq._speedups.jsoncodec import dumps as _stdlib_dumps
+from cairnq._speedups.jsoncodec import loads as _pure_loads
 
 cdef object _orjson_dumps = orjson.dumps
+cdef object _orjson_loads = orjson.loads
+cdef object _stdlib_loads = json.loads
 cdef object _JSONEncodeError = orjson.JSONEncodeError
+cdef object _JSONDecodeError = orjson.JSONDecodeError
 cdef int _MAX_DEPTH = 200
 cdef object _INT_MIN = -(2 ** 63)
 cdef object _INT_MAX = 2 ** 64 - 1
@@ -63,12 +69,13 @@ cdef str _escape_non_ascii(str text):
     """Write every code point from U+007F up as \\uXXXX (surrogate pairs above U+FFFF)."""
     cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
     cdef Py_ssize_t i
-    cdef Py_UCS4 c
-    cdef unsigned int hi, lo
+    cdef Py_UCS4 ch
+    cdef unsigned int c, hi, lo
     parts = []
     cdef Py_ssize_t start = 0
     for i in range(n):
-        c = PyUnicode_READ_CHAR(text, i)
+        ch = PyUnicode_READ_CHAR(text, i)
+        c = <unsigned int>ch  # arithmetic on Py_UCS4 itself would be str arithmetic
         if c < 0x7F:
             continue
         if i > start:
@@ -88,6 +95,34 @@ cdef str _escape_non_ascii(str text):
 
 cdef inline str _u(unsigned int c):
     return "\\u" + _HEX[(c >> 12) & 15] + _HEX[(c >> 8) & 15] + _HEX[(c >> 4) & 15] + _HEX[c & 15]
+
+
+cdef bint _has_long_digit_run(str text):
+    """A run of 19+ ASCII digits: a number orjson might not read exactly."""
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
+    cdef Py_ssize_t i, run = 0
+    cdef Py_UCS4 ch
+    for i in range(n):
+        ch = PyUnicode_READ_CHAR(text, i)
+        if ch >= 48 and ch <= 57:
+            run += 1
+            if run >= 19:
+                return True
+        else:
+            run = 0
+    return False
+
+
+def loads(text):
+    """JSON text to a value, exactly as the stdlib reads it (see jsoncodec.py)."""
+    if type(text) is not str:
+        return _pure_loads(text)
+    if _has_long_digit_run(<str>text):
+        return _stdlib_loads(text)
+    try:
+        return _orjson_loads(text)
+    except _JSONDecodeError:
+        return _stdlib_loads(text)
 
 
 def dumps(value):

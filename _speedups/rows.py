@@ -31,6 +31,13 @@ def _ms(value: Any) -> Any:
     return int(value)
 
 
+def _real(value: Any) -> Any:
+    # SQLite's RETURNING hands back a whole-valued REAL as an int (1 for 1.0).
+    if value is None or type(value) is float:
+        return value
+    return float(value)
+
+
 def decode_task(row: Any, json_is_text: bool = True) -> Task:
     """One full cairnq_tasks row, columns in table order, to a Task."""
     task = _new(Task)
@@ -46,7 +53,7 @@ def decode_task(row: Any, json_is_text: bool = True) -> Task:
             "metadata": _json(row[7], json_is_text),
             "result": _json(row[5], json_is_text),
             "error": _json(row[6], json_is_text),
-            "progress": row[8],
+            "progress": _real(row[8]),
             "message": row[9],
             "attempt": row[10],
             "max_attempts": row[11],
@@ -82,4 +89,6 @@ def decode_mapping(row: Mapping[str, Any], json_is_text: bool = True) -> Task:
     for name in _MS_COLUMNS:
         if name in fields:
             fields[name] = _ms(fields[name])
+    if "progress" in fields:
+        fields["progress"] = _real(fields["progress"])
     return Task(**fields)

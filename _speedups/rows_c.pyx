@@ -11,7 +11,7 @@ from cpython.dict cimport PyDict_New, PyDict_SetItem
 from cpython.object cimport PyObject_SetAttr
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
-from cairnq._speedups.jsoncodec import loads as _loads
+from cairnq._speedups.jsoncodec_c import loads as _loads
 from cairnq.models import Task as _Task
 
 cdef object _new = object.__new__
@@ -22,9 +22,9 @@ cdef tuple _NAMES = (
     "lease_until_ms", "run_at_ms", "cancel_requested_at_ms", "parent_id", "root_id",
     "correlation_id", "created_at_ms", "updated_at_ms", "completed_at_ms",
 )
-# Kind of each column: 0 plain, 1 JSON, 2 epoch-ms bigint.
+# Kind of each column: 0 plain, 1 JSON, 2 epoch-ms bigint, 3 real.
 cdef int _KINDS[23]
-_KINDS[:] = [0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 2, 2, 2, 0, 0, 0, 2, 2, 2]
+_KINDS[:] = [0, 0, 0, 0, 1, 1, 1, 1, 3, 0, 0, 0, 0, 0, 2, 2, 2, 0, 0, 0, 2, 2, 2]
 # Columns in the Task's field order (metadata moves up beside payload), so the
 # instance dict is laid out exactly as the dataclass __init__ would lay it out.
 cdef Py_ssize_t _ORDER[23]
@@ -51,6 +51,13 @@ cdef inline object _ms(object value):
     return int(value)
 
 
+cdef inline object _real(object value):
+    # SQLite's RETURNING hands back a whole-valued REAL as an int (1 for 1.0).
+    if value is None or type(value) is float:
+        return value
+    return float(value)
+
+
 cdef object _decode(object row, bint json_is_text):
     cdef dict fields = PyDict_New()
     cdef Py_ssize_t j, i
@@ -65,6 +72,8 @@ cdef object _decode(object row, bint json_is_text):
             value = _json(value, json_is_text)
         elif kind == 2:
             value = _ms(value)
+        elif kind == 3:
+            value = _real(value)
         PyDict_SetItem(fields, <object>PyTuple_GET_ITEM(_NAMES, i), value)
     task = _new(_Task)
     _setattr(task, "__dict__", fields)
@@ -95,4 +104,6 @@ def decode_mapping(row, bint json_is_text=True):
     for name in _MS_COLUMNS:
         if name in fields:
             fields[name] = _ms(fields[name])
+    if "progress" in fields:
+        fields["progress"] = _real(fields["progress"])
     return _Task(**fields)

@@ -105,6 +105,8 @@ class SqliteEngine:
         self._closing = False
         self._idle_waiters: list[asyncio.Future[None]] = []
         self._commit_thread: ThreadPoolExecutor | None = None
+        self.commits = 0  # successful commits on this connection, for change waiters
+        self._commit_waiters: set[asyncio.Future[None]] = set()
 
     # -- reads -----------------------------------------------------------
 
@@ -144,10 +146,13 @@ class SqliteEngine:
                 # Nothing else will run before the loop polls again, so nothing
                 # could join a batch: commit now and skip the round trip.
                 try:
-                    return self.conn.execute(sql, params).fetchall()
+                    rows = self.conn.execute(sql, params).fetchall()
                 except sqlite3.OperationalError as exc:
                     if not is_busy(exc):
                         raise  # busy: queue it, the flusher retries
+                else:
+                    self._note_commit()
+                    return rows
         future: asyncio.Future[list[Any]] = loop.create_future()
         self._writes.append(_Write(sql, params, future))
         if self._flush_handle is None and not self._in_txn:
@@ -181,6 +186,7 @@ class SqliteEngine:
                     _settle(w.future, exc=exc)
                 else:
                     _settle(w.future, rows)
+                    self._note_commit()
                 self._write_busy = None
                 return True
             conn.execute("BEGIN IMMEDIATE")
@@ -230,6 +236,7 @@ class SqliteEngine:
         else:
             for w, rows, error in outcomes:
                 _settle(w.future, rows, error)
+            self._note_commit()
         self._release_gate()  # flushes whatever queued meanwhile, inline
 
     def _committer(self) -> ThreadPoolExecutor:
@@ -275,6 +282,8 @@ class SqliteEngine:
         except BaseException:
             _rollback(conn)
             raise
+        else:
+            self._note_commit()
         finally:
             self._release_gate()
 
@@ -318,6 +327,34 @@ class SqliteEngine:
             if not waiter.done():
                 waiter.set_result(None)
         self._notify_idle()
+
+    # -- change notification ----------------------------------------------
+
+    def _note_commit(self) -> None:
+        self.commits += 1
+        for waiter in self._commit_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._commit_waiters.clear()
+
+    async def wait_commit(self, timeout_s: float) -> None:
+        """Return at this connection's next commit, or after ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._commit_waiters.add(waiter)
+        timer = loop.call_later(timeout_s, _settle_none, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._commit_waiters.discard(waiter)
+
+    def data_version(self, sql: str) -> int | None:
+        """The file's change counter, or None while our own transaction owns
+        the connection (it is checked again on the next tick)."""
+        if self._in_txn or self._closing:
+            return None
+        return int(self.conn.execute(sql).fetchone()[0])
 
     # -- maintenance and shutdown ------------------------------------------
 
@@ -371,6 +408,11 @@ def _settle(
         future.set_exception(exc)
     else:
         future.set_result(rows)
+
+
+def _settle_none(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

@@ -29,6 +29,10 @@ log = logging.getLogger("cairnq.store")
 __all__ = ["SQLiteStore"]
 
 STATISTICS_INTERVAL_S = 60.0
+# Polling the change counter: a fresh wait checks after 1 ms, backing off to
+# every 4 ms; each check reads shared memory, not the database.
+CHANGE_POLL_MIN_S = 0.001
+CHANGE_POLL_MAX_S = 0.004
 _monotonic = time.monotonic
 
 # SQLite binds times resolved from the SDK clock at bind time; the base passes
@@ -198,6 +202,8 @@ class SQLiteStore(TaskStore):
         in-memory store cannot (its data is gone) and raises StoreClosed.
         """
         if self._close_task is None:
+            self._closing = True  # from this call on, new work is turned away
+            self._generation += 1
             self._close_task = asyncio.get_running_loop().create_task(self._close())
         task = self._close_task
         try:
@@ -207,8 +213,6 @@ class SQLiteStore(TaskStore):
                 self._close_task = None
 
     async def _close(self) -> None:
-        self._closing = True
-        self._generation += 1
         try:
             if self._sweeper is not None:
                 await self._sweeper.stop()
@@ -230,7 +234,7 @@ class SQLiteStore(TaskStore):
 
     async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
         engine = self._engine
-        if engine is None or engine.closing:
+        if engine is None or self._closing:
             engine = await self._connected_or_closed()
         if _monotonic() >= self._statistics_due:
             self._schedule_statistics()
@@ -253,7 +257,7 @@ class SQLiteStore(TaskStore):
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[Fetch]:
         engine = self._engine
-        if engine is None or engine.closing:
+        if engine is None or self._closing:
             engine = await self._connected_or_closed()
         statements, binders, echoes = self._statements, self._binders, self._echoes
         async with engine.transaction() as run:
@@ -267,6 +271,37 @@ class SQLiteStore(TaskStore):
                 return [echo(bound)] if echo is not None else rows
 
             yield fetch
+
+    # -- wakeups: noticing changes without re-reading tables ------------------
+
+    async def claim_wake(self, queues: list[str], timeout_ms: int) -> None:
+        await self._wait_for_change(timeout_ms / 1000)
+
+    async def task_done_wake(self, task_id: str, timeout_ms: int) -> None:
+        await self._wait_for_change(timeout_ms / 1000)
+
+    async def _wait_for_change(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for a commit to the file, by this store (told
+        at once) or by any other connection (seen on the file's change counter,
+        polled every few milliseconds). True if one happened."""
+        engine = await self._connected_or_closed()
+        sql = self._statements["data_version"].text
+        deadline = _monotonic() + timeout_s
+        commits, version = engine.commits, engine.data_version(sql)
+        tick = CHANGE_POLL_MIN_S
+        while True:
+            remaining = deadline - _monotonic()
+            if remaining <= 0:
+                return False
+            await engine.wait_commit(min(tick, remaining))
+            if self._engine is not engine or engine.commits != commits:
+                return True
+            now_version = engine.data_version(sql)
+            if now_version is not None:
+                if version is not None and now_version != version:
+                    return True
+                version = now_version
+            tick = min(tick * 2, CHANGE_POLL_MAX_S)
 
     # -- planner statistics upkeep -------------------------------------------
 

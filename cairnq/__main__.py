@@ -1,0 +1,7 @@
+"""``python -m cairnq``: the command line."""
+
+import sys
+
+from cairnq.cli import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+"""The ``cairnq`` command line."""
+
+from cairnq.cli.main import main
+
+__all__ = ["main"]

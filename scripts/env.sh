@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Shared setup, sourced by demo.sh and test.sh: a virtualenv under .cache/venv
+# with cairnq built from this checkout as a wheel (Cython kernels compiled)
+# and installed like a user would install it. Idempotent and quick when done.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${CAIRNQ_VENV:-$ROOT/.cache/venv}"
+PY="${PYTHON:-python3}"
+
+need_libpq() {
+  # psycopg[c] compiles against libpq; pg_config tells where it is.
+  if ! command -v pg_config >/dev/null 2>&1; then
+    echo "== installing libpq-dev (pg_config is missing)"
+    if [ "$(id -u)" = 0 ]; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libpq-dev >/dev/null
+    else
+      sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libpq-dev >/dev/null
+    fi
+  fi
+}
+
+make_venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    echo "== creating $VENV"
+    "$PY" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip wheel
+  fi
+}
+
+install_cairnq() {
+  # $1: extra requirements (e.g. ".[postgres,test]" deps), installed before the wheel.
+  echo "== building the cairnq wheel"
+  rm -rf "$ROOT/.cache/dist"
+  "$VENV/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps \
+    -w "$ROOT/.cache/dist" "$ROOT" 2>&1 | grep -v -i -E "warning|^\s*$" || true
+  local wheel
+  wheel="$(ls "$ROOT"/.cache/dist/cairnq-*.whl)"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$wheel$1"
+  (cd / && "$VENV/bin/python" -c "import cairnq; print('== cairnq', cairnq.__version__, 'kernels:', cairnq.SPEEDUPS, 'at', cairnq.__file__)")
+}

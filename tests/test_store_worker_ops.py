@@ -1,0 +1,660 @@
+"""TaskStore worker-side writes (OPERATIONS.md §4.1, §4.3-§4.8, §1.2).
+
+heartbeat, heartbeat_batch, progress, succeed, complete, fail: ownership checks
+and the exact column effects of every branch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+import sqlite3
+import time
+from typing import Any, Awaitable, Callable
+
+import pytest
+
+from cairnq import LostLease, SerializationError, Task
+
+TERMINAL = ("succeeded", "failed", "canceled")
+
+
+# -- helpers -----------------------------------------------------------------
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def need_sqlite(backend: Any) -> None:
+    if backend.dialect != "sqlite":
+        pytest.skip("reads/rewrites columns with sqlite3")
+
+
+def sql(backend: Any, statement: str, params: tuple = ()) -> None:
+    need_sqlite(backend)
+    conn = sqlite3.connect(backend.target, isolation_level=None, timeout=5)
+    try:
+        conn.execute(statement, params)
+    finally:
+        conn.close()
+
+
+def raw(backend: Any, task_id: str) -> dict[str, Any] | None:
+    """The stored row as SQLite holds it (JSON columns as text)."""
+    need_sqlite(backend)
+    conn = sqlite3.connect(backend.target, timeout=5)
+    conn.row_factory = sqlite3.Row
+    try:
+        row = conn.execute("select * from cairnq_tasks where id = ?", (task_id,)).fetchone()
+        return dict(row) if row is not None else None
+    finally:
+        conn.close()
+
+
+def raw_typeof(backend: Any, task_id: str, column: str) -> str:
+    need_sqlite(backend)
+    conn = sqlite3.connect(backend.target, timeout=5)
+    try:
+        return conn.execute(
+            f"select typeof({column}) from cairnq_tasks where id = ?", (task_id,)
+        ).fetchone()[0]
+    finally:
+        conn.close()
+
+
+def as_dict(task: Task) -> dict[str, Any]:
+    return dict(vars(task))
+
+
+async def snapshot(backend: Any, store: Any, task_id: str) -> Any:
+    """Raw row on SQLite (exact stored text), else the decoded Task."""
+    if backend.dialect == "sqlite":
+        return raw(backend, task_id)
+    return as_dict(await store.get(task_id))
+
+
+_QUEUES = itertools.count()
+
+
+async def claimed(store: Any, worker: str = "w1", lease_ms: int = 30_000, **submit: Any) -> Task:
+    """A task claimed by ``worker``, in a queue of its own (no stray claims)."""
+    queue = submit.setdefault("queue", f"q{next(_QUEUES)}")
+    submit.setdefault("name", "job")
+    t = await store.submit(**submit)
+    got = await store.claim(queues=[queue], worker_id=worker, lease_ms=lease_ms, names=[submit["name"]])
+    assert [x.id for x in got] == [t.id]
+    return got[0]
+
+
+def expected(before: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    row = dict(before)
+    row.update(overrides)
+    return row
+
+
+ENV = {"type": "Boom", "code": "boom", "message": "it broke é", "retryable": True, "details": {"k": [1, 2]}}
+ENV_TEXT = '{"type":"Boom","code":"boom","message":"it broke \\u00e9","retryable":true,"details":{"k":[1,2]}}'
+
+
+# -- ownership checks ---------------------------------------------------------------
+
+Op = Callable[[Any, str, str], Awaitable[Any]]
+
+OPS: dict[str, Op] = {
+    "heartbeat": lambda s, t, w: s.heartbeat(task_id=t, worker_id=w, lease_ms=10_000),
+    "progress": lambda s, t, w: s.progress(task_id=t, worker_id=w, progress=0.5, message="m"),
+    "succeed": lambda s, t, w: s.succeed(task_id=t, worker_id=w, result={"r": 1}),
+    "complete": lambda s, t, w: s.complete(task_id=t, worker_id=w, result={"r": 1}),
+    "fail": lambda s, t, w: s.fail(task_id=t, worker_id=w, error=dict(ENV), retryable=True),
+    "fail_final": lambda s, t, w: s.fail(task_id=t, worker_id=w, error=dict(ENV), retryable=False),
+}
+
+
+@pytest.mark.parametrize("op", list(OPS))
+async def test_ownership_wrong_worker(backend: Any, op: str) -> None:
+    store = backend.store()
+    t = await claimed(store, worker="owner")
+    before = await snapshot(backend, store, t.id)
+    with pytest.raises(LostLease) as info:
+        await OPS[op](store, t.id, "intruder")
+    assert info.value.task_id == t.id
+    assert await snapshot(backend, store, t.id) == before
+    # the owner still can
+    await OPS[op](store, t.id, "owner")
+
+
+@pytest.mark.parametrize("op", list(OPS))
+async def test_ownership_not_running(backend: Any, op: str) -> None:
+    store = backend.store()
+    queued = await store.submit(name="job")
+    before = await snapshot(backend, store, queued.id)
+    with pytest.raises(LostLease) as info:
+        await OPS[op](store, queued.id, "w1")
+    assert info.value.task_id == queued.id
+    assert await snapshot(backend, store, queued.id) == before
+
+    for finish in ("succeed", "fail_final"):
+        done = await claimed(store, worker="w1")
+        await OPS[finish](store, done.id, "w1")
+        before = await snapshot(backend, store, done.id)
+        with pytest.raises(LostLease) as info:
+            await OPS[op](store, done.id, "w1")
+        assert info.value.task_id == done.id
+        assert await snapshot(backend, store, done.id) == before
+
+    # requeued by a retryable fail: queued again, worker_id cleared
+    back = await claimed(store, worker="w1")
+    await OPS["fail"](store, back.id, "w1")
+    with pytest.raises(LostLease):
+        await OPS[op](store, back.id, "w1")
+
+    with pytest.raises(LostLease) as info:
+        await OPS[op](store, "task_doesnotexist", "w1")
+    assert info.value.task_id == "task_doesnotexist"
+
+
+@pytest.mark.parametrize("op", list(OPS))
+async def test_ownership_lease_expired(backend: Any, op: str) -> None:
+    store = backend.store()
+    t = await claimed(store, worker="w1", lease_ms=50)
+    await asyncio.sleep(0.1)
+    before = await snapshot(backend, store, t.id)
+    with pytest.raises(LostLease) as info:
+        await OPS[op](store, t.id, "w1")
+    assert info.value.task_id == t.id
+    after = await snapshot(backend, store, t.id)
+    assert after == before
+    assert after["status"] == "running"  # nobody recovered it; still lost
+
+
+@pytest.mark.parametrize("op", list(OPS))
+async def test_ownership_lease_equal_to_now_is_lost(
+    backend: Any, op: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need_sqlite(backend)
+    import cairnq.store.sqlite.store as sqlite_store
+
+    if not hasattr(sqlite_store, "now_ms"):
+        pytest.skip("SQLite store clock is not patchable here")
+    store = backend.store()
+    t = await claimed(store, worker="w1")
+    frozen = now_ms() + 10_000
+    monkeypatch.setattr(sqlite_store, "now_ms", lambda: frozen)
+    sql(backend, "update cairnq_tasks set lease_until_ms = ? where id = ?", (frozen, t.id))
+    before = raw(backend, t.id)
+    with pytest.raises(LostLease):
+        await OPS[op](store, t.id, "w1")
+    assert raw(backend, t.id) == before
+    sql(backend, "update cairnq_tasks set lease_until_ms = ? where id = ?", (frozen + 1, t.id))
+    row = await OPS[op](store, t.id, "w1")
+    assert row.updated_at_ms == frozen
+
+
+# -- heartbeat ------------------------------------------------------------------------
+
+
+async def test_heartbeat_extends_lease_and_returns_row(backend: Any) -> None:
+    store = backend.store()
+    t = await claimed(store, worker="w1", lease_ms=1_000, payload={"p": 1})
+    await store.progress(task_id=t.id, worker_id="w1", progress=0.3, message="m")
+    before = as_dict(await store.get(t.id))
+    t0 = now_ms()
+    beat = await store.heartbeat(task_id=t.id, worker_id="w1", lease_ms=60_000)
+    t1 = now_ms()
+    got = as_dict(beat)
+    assert got == as_dict(await store.get(t.id))
+    assert t0 + 60_000 <= got["lease_until_ms"] <= t1 + 60_000
+    assert t0 <= got["updated_at_ms"] <= t1
+    assert got == expected(
+        before, lease_until_ms=got["lease_until_ms"], updated_at_ms=got["updated_at_ms"]
+    )
+    assert got["status"] == "running" and got["cancel_requested_at_ms"] is None
+    assert beat.cancel_requested is False
+
+    # cancel flag visible on the beat; status stays running
+    canceled = await store.cancel(t.id)
+    assert canceled.status == "running"
+    beat = await store.heartbeat(task_id=t.id, worker_id="w1", lease_ms=5_000)
+    assert beat.cancel_requested is True
+    assert beat.cancel_requested_at_ms == canceled.cancel_requested_at_ms
+    assert beat.status == "running"
+
+
+async def test_heartbeat_keeps_task_alive_past_original_lease(backend: Any) -> None:
+    store = backend.store()
+    t = await claimed(store, worker="w1", lease_ms=150)
+    for _ in range(3):
+        await asyncio.sleep(0.08)
+        await store.heartbeat(task_id=t.id, worker_id="w1", lease_ms=150)
+    # 240 ms after a 150 ms lease: still owned, and a claim recovers nothing
+    assert await store.claim(queues=[t.queue], worker_id="w2") == []
+    done = await store.complete(task_id=t.id, worker_id="w1", result="ok")
+    assert done.status == "succeeded" and done.result == "ok"
+
+
+# -- heartbeat_batch --------------------------------------------------------------------
+
+
+async def test_heartbeat_batch(backend: Any) -> None:
+    store = backend.store()
+    assert await store.heartbeat_batch(task_ids=[], worker_id="w1") == {}
+    assert await store.heartbeat_batch(task_ids=[], worker_id="w1", lease_ms=5) == {}
+
+    live = await claimed(store, worker="w1", name="live")
+    flagged = await claimed(store, worker="w1", name="flagged")
+    foreign = await claimed(store, worker="w2", name="foreign")
+    done = await claimed(store, worker="w1", name="done")
+    queued = await store.submit(name="queued")
+    lost = await claimed(store, worker="w1", name="lost", lease_ms=100)  # last claim of the test
+    await store.cancel(flagged.id)
+    await store.succeed(task_id=done.id, worker_id="w1", result=None)
+    await asyncio.sleep(0.15)
+
+    others = [lost.id, foreign.id, done.id, queued.id]
+    before = {i: await snapshot(backend, store, i) for i in others}
+    ids = [live.id, lost.id, flagged.id, foreign.id, done.id, queued.id, "task_nope", live.id]
+    t0 = now_ms()
+    beats = await store.heartbeat_batch(task_ids=ids, worker_id="w1", lease_ms=45_000)
+    t1 = now_ms()
+    assert beats == {live.id: False, flagged.id: True}
+    assert all(type(v) is bool for v in beats.values())
+    for i in (live.id, flagged.id):
+        row = await store.get(i)
+        assert row.status == "running" and row.worker_id == "w1"
+        assert t0 + 45_000 <= row.lease_until_ms <= t1 + 45_000
+        assert t0 <= row.updated_at_ms <= t1
+    for i in others:
+        assert await snapshot(backend, store, i) == before[i]
+
+    # another worker renews nothing of ours
+    assert await store.heartbeat_batch(task_ids=[live.id, flagged.id], worker_id="w2") == {}
+    assert await store.heartbeat_batch(task_ids=[foreign.id], worker_id="w2") == {foreign.id: False}
+    assert await store.heartbeat_batch(task_ids=("task_a", "task_b"), worker_id="w1") == {}
+
+
+# -- progress ---------------------------------------------------------------------------
+
+
+async def test_progress_fields_independent(backend: Any) -> None:
+    store = backend.store()
+    t = await claimed(store, worker="w1")
+    start = as_dict(await store.get(t.id))
+
+    t0 = now_ms()
+    r = await store.progress(task_id=t.id, worker_id="w1", progress=0.25, message=None)
+    t1 = now_ms()
+    assert t0 <= r.updated_at_ms <= t1
+    assert as_dict(r) == expected(start, progress=0.25, updated_at_ms=r.updated_at_ms)
+
+    r = await store.progress(task_id=t.id, worker_id="w1", progress=None, message="hello")
+    assert (r.progress, r.message) == (0.25, "hello")
+
+    r = await store.progress(task_id=t.id, worker_id="w1", progress=None, message=None)
+    assert (r.progress, r.message) == (0.25, "hello")
+    assert as_dict(r) == expected(start, progress=0.25, message="hello", updated_at_ms=r.updated_at_ms)
+
+    r = await store.progress(task_id=t.id, worker_id="w1", progress=0.75, message="later")
+    assert (r.progress, r.message) == (0.75, "later")
+
+    r = await store.progress(task_id=t.id, worker_id="w1", progress=0, message="")
+    assert (r.progress, r.message) == (0.0, "")  # 0 and "" are values, not "unchanged"
+    assert (await store.get(t.id)).progress == 0.0
+
+    r = await store.progress(task_id=t.id, worker_id="w1", progress=1, message=None)
+    assert r.progress == 1.0 and r.message == ""
+    assert r.status == "running"
+    assert r.lease_until_ms == start["lease_until_ms"]
+    assert as_dict(r) == as_dict(await store.get(t.id))
+
+
+# -- succeed -------------------------------------------------------------------------------
+
+
+async def test_succeed_ignores_cancel(backend: Any) -> None:
+    store = backend.store()
+    t = await claimed(store, worker="w1")
+    await store.progress(task_id=t.id, worker_id="w1", progress=0.3, message="msg")
+    await store.cancel(t.id)
+    before = as_dict(await store.get(t.id))
+    assert before["cancel_requested_at_ms"] is not None
+    t0 = now_ms()
+    r = await store.succeed(task_id=t.id, worker_id="w1", result={"a": 1})
+    t1 = now_ms()
+    assert t0 <= r.completed_at_ms <= t1
+    assert as_dict(r) == expected(
+        before,
+        status="succeeded",
+        result={"a": 1},
+        progress=1.0,
+        lease_until_ms=None,
+        completed_at_ms=r.completed_at_ms,
+        updated_at_ms=r.completed_at_ms,
+    )
+    assert r.worker_id == "w1" and r.message == "msg"
+    assert as_dict(r) == as_dict(await store.get(t.id))
+    if backend.dialect == "sqlite":
+        assert raw(backend, t.id)["result"] == '{"a":1}'
+
+
+# -- complete -------------------------------------------------------------------------------
+
+
+async def test_complete_without_cancel(backend: Any) -> None:
+    store = backend.store()
+    t = await claimed(store, worker="w1")
+    await store.progress(task_id=t.id, worker_id="w1", progress=0.3, message="msg")
+    before = as_dict(await store.get(t.id))
+    t0 = now_ms()
+    r = await store.complete(task_id=t.id, worker_id="w1", result=[1, "two", {"3": None}])
+    t1 = now_ms()
+    assert t0 <= r.completed_at_ms <= t1
+    assert as_dict(r) == expected(
+        before,
+        status="succeeded",
+        result=[1, "two", {"3": None}],
+        progress=1.0,
+        lease_until_ms=None,
+        completed_at_ms=r.completed_at_ms,
+        updated_at_ms=r.completed_at_ms,
+    )
+    assert r.worker_id == "w1" and r.message == "msg"
+    assert as_dict(r) == as_dict(await store.get(t.id))
+
+
+async def test_complete_with_cancel_discards_result(backend: Any) -> None:
+    store = backend.store()
+    t = await claimed(store, worker="w1")
+    await store.progress(task_id=t.id, worker_id="w1", progress=0.3, message="msg")
+    await store.cancel(t.id)
+    before = as_dict(await store.get(t.id))
+    t0 = now_ms()
+    r = await store.complete(task_id=t.id, worker_id="w1", result={"x": 1})
+    t1 = now_ms()
+    assert t0 <= r.completed_at_ms <= t1
+    assert as_dict(r) == expected(
+        before,
+        status="canceled",
+        lease_until_ms=None,
+        completed_at_ms=r.completed_at_ms,
+        updated_at_ms=r.completed_at_ms,
+    )
+    assert r.result is None and r.progress == 0.3 and r.message == "msg" and r.worker_id == "w1"
+    if backend.dialect == "sqlite":
+        assert raw_typeof(backend, t.id, "result") == "null"
+
+
+async def test_complete_with_cancel_keeps_older_result(backend: Any) -> None:
+    """'result unchanged' means the column is not written, not cleared."""
+    need_sqlite(backend)
+    store = backend.store()
+    t = await claimed(store, worker="w1")
+    sql(backend, "update cairnq_tasks set result = ? where id = ?", ('{"old":true}', t.id))
+    await store.cancel(t.id)
+    done = await store.complete(task_id=t.id, worker_id="w1", result={"new": True})
+    assert done.status == "canceled"
+    assert done.result == {"old": True}
+    assert raw(backend, t.id)["result"] == '{"old":true}'
+    assert done.progress is None
+
+
+@pytest.mark.parametrize("how", ["succeed", "complete"])
+async def test_result_encoding(backend: Any, how: str) -> None:
+    need_sqlite(backend)
+    store = backend.store()
+    cases = [
+        (None, None, "null"),
+        (0, "0", "text"),
+        (False, "false", "text"),
+        ({}, "{}", "text"),
+        ([], "[]", "text"),
+        ("", '""', "text"),
+        ("é", '"\\u00e9"', "text"),
+        ({"t": (1, 2), 3: "k", "f": 1.5}, '{"t":[1,2],"3":"k","f":1.5}', "text"),
+    ]
+    for value, text, kind in cases:
+        t = await claimed(store, worker="w1")
+        r = await getattr(store, how)(task_id=t.id, worker_id="w1", result=value)
+        assert r.status == "succeeded"
+        row = raw(backend, t.id)
+        assert row["result"] == text, value
+        assert raw_typeof(backend, t.id, "result") == kind, value
+        assert (await store.get(t.id)).result == (None if value is None else json.loads(text))
+
+
+@pytest.mark.parametrize("how", ["succeed", "complete"])
+@pytest.mark.parametrize(
+    "bad", [{1, 2}, {"s": {1}}, float("nan"), {"x": float("inf")}, b"bytes", object()]
+)
+async def test_unencodable_result_writes_nothing(backend: Any, how: str, bad: Any) -> None:
+    store = backend.store()
+    t = await claimed(store, worker="w1")
+    await store.progress(task_id=t.id, worker_id="w1", progress=0.5, message="m")
+    before = await snapshot(backend, store, t.id)
+    with pytest.raises(SerializationError):
+        await getattr(store, how)(task_id=t.id, worker_id="w1", result=bad)
+    assert await snapshot(backend, store, t.id) == before
+    # still owned and finishable
+    r = await getattr(store, how)(task_id=t.id, worker_id="w1", result="fine")
+    assert r.status == "succeeded" and r.result == "fine"
+
+
+# -- fail ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("retryable", [True, False])
+async def test_fail_branch_a_cancel_requested(backend: Any, retryable: bool) -> None:
+    store = backend.store()
+    t = await claimed(store, worker="w1", max_attempts=3)
+    await store.progress(task_id=t.id, worker_id="w1", progress=0.4, message="m")
+    await store.cancel(t.id)
+    before = as_dict(await store.get(t.id))
+    t0 = now_ms()
+    r = await store.fail(task_id=t.id, worker_id="w1", error=dict(ENV), retryable=retryable, delay_ms=5_000)
+    t1 = now_ms()
+    assert t0 <= r.completed_at_ms <= t1
+    assert as_dict(r) == expected(
+        before,
+        status="canceled",
+        error=ENV,
+        lease_until_ms=None,
+        completed_at_ms=r.completed_at_ms,
+        updated_at_ms=r.completed_at_ms,
+    )
+    assert r.worker_id == "w1" and r.progress == 0.4 and r.message == "m"
+    assert r.run_at_ms == before["run_at_ms"] and r.attempt == 1
+    assert as_dict(r) == as_dict(await store.get(t.id))
+    if backend.dialect == "sqlite":
+        assert raw(backend, t.id)["error"] == ENV_TEXT
+
+
+@pytest.mark.parametrize("delay_ms", [0, 7_000])
+async def test_fail_branch_b_requeue(backend: Any, delay_ms: int) -> None:
+    store = backend.store()
+    t = await claimed(store, worker="w1", max_attempts=3)
+    await store.progress(task_id=t.id, worker_id="w1", progress=0.4, message="m")
+    before = as_dict(await store.get(t.id))
+    t0 = now_ms()
+    r = await store.fail(task_id=t.id, worker_id="w1", error=dict(ENV), retryable=True, delay_ms=delay_ms)
+    t1 = now_ms()
+    assert t0 + delay_ms <= r.run_at_ms <= t1 + delay_ms
+    assert t0 <= r.updated_at_ms <= t1
+    assert as_dict(r) == expected(
+        before,
+        status="queued",
+        error=ENV,
+        worker_id=None,
+        lease_until_ms=None,
+        run_at_ms=r.run_at_ms,
+        completed_at_ms=None,
+        progress=None,
+        message=None,
+        updated_at_ms=r.updated_at_ms,
+    )
+    assert r.attempt == 1
+    if backend.dialect == "sqlite":
+        assert r.run_at_ms - r.updated_at_ms == delay_ms
+        assert raw(backend, t.id)["error"] == ENV_TEXT
+    got = await store.claim(queues=[t.queue], worker_id="w2")
+    if delay_ms:
+        assert got == []
+    else:
+        assert [x.id for x in got] == [t.id] and got[0].attempt == 2 and got[0].error == ENV
+
+
+@pytest.mark.parametrize(
+    "max_attempts,attempts,retryable",
+    [
+        (3, 1, False),  # attempts left but not retryable
+        (1, 1, True),  # retryable but no attempt left
+        (2, 2, True),  # second and last attempt
+        (2, 2, False),
+    ],
+)
+async def test_fail_branch_c_failed(
+    backend: Any, max_attempts: int, attempts: int, retryable: bool
+) -> None:
+    store = backend.store()
+    t = await claimed(store, worker="w1", max_attempts=max_attempts)
+    for _ in range(attempts - 1):
+        await store.fail(task_id=t.id, worker_id="w1", error={"type": "Earlier"}, retryable=True)
+        [t] = await store.claim(queues=[t.queue], worker_id="w1")
+    assert t.attempt == attempts
+    await store.progress(task_id=t.id, worker_id="w1", progress=0.6, message="m")
+    before = as_dict(await store.get(t.id))
+    t0 = now_ms()
+    r = await store.fail(task_id=t.id, worker_id="w1", error=dict(ENV), retryable=retryable, delay_ms=9_000)
+    t1 = now_ms()
+    assert t0 <= r.completed_at_ms <= t1
+    assert as_dict(r) == expected(
+        before,
+        status="failed",
+        error=ENV,
+        lease_until_ms=None,
+        completed_at_ms=r.completed_at_ms,
+        updated_at_ms=r.completed_at_ms,
+    )
+    assert r.worker_id == "w1" and r.progress == 0.6 and r.message == "m"
+    assert r.run_at_ms == before["run_at_ms"] and r.cancel_requested_at_ms is None
+    assert await store.claim(queues=[t.queue], worker_id="w1") == []
+
+
+@pytest.mark.parametrize("retryable", [True, False])
+async def test_fail_unencodable_error_fallback(backend: Any, retryable: bool) -> None:
+    need_sqlite(backend)
+    store = backend.store()
+    t = await claimed(store, worker="w1", max_attempts=3)
+    bad = {"type": "Boom", "code": 42, "message": "bad thing", "retryable": not retryable, "details": {"s": {1, 2}}}
+    r = await store.fail(task_id=t.id, worker_id="w1", error=bad, retryable=retryable)
+    flag = "true" if retryable else "false"
+    assert raw(backend, t.id)["error"] == (
+        '{"type":"Boom","code":"42","message":"bad thing","retryable":' + flag + ',"details":{}}'
+    )
+    assert r.error == {"type": "Boom", "code": "42", "message": "bad thing", "retryable": retryable, "details": {}}
+    assert r.status == ("queued" if retryable else "failed")
+
+    # missing keys take their defaults; other unencodable values (NaN) too
+    t = await claimed(store, worker="w1", max_attempts=1)
+    r = await store.fail(task_id=t.id, worker_id="w1", error={"extra": float("nan")}, retryable=retryable)
+    assert raw(backend, t.id)["error"] == (
+        '{"type":"TaskError","code":"task_error","message":"","retryable":' + flag + ',"details":{}}'
+    )
+    assert r.status == "failed"
+
+
+async def test_fail_error_stored_as_given(backend: Any) -> None:
+    """A dict envelope is stored as-is (not validated), compact JSON."""
+    need_sqlite(backend)
+    store = backend.store()
+    t = await claimed(store, worker="w1")
+    odd = {"whatever": [1, 2.5], "n": None}
+    await store.fail(task_id=t.id, worker_id="w1", error=odd, retryable=False)
+    assert raw(backend, t.id)["error"] == '{"whatever":[1,2.5],"n":null}'
+
+
+async def test_fail_negative_delay_rejected(backend: Any) -> None:
+    store = backend.store()
+    t = await claimed(store, worker="w1")
+    before = await snapshot(backend, store, t.id)
+    with pytest.raises(ValueError):
+        await store.fail(task_id=t.id, worker_id="w1", error=dict(ENV), delay_ms=-1)
+    assert await snapshot(backend, store, t.id) == before
+
+
+# -- invariants over a random sequence -------------------------------------------------------
+
+
+def check_invariants(rows: list[Task]) -> None:
+    for t in rows:
+        assert (t.lease_until_ms is not None) == (t.status == "running"), as_dict(t)
+        assert (t.completed_at_ms is not None) == (t.status in TERMINAL), as_dict(t)
+        if t.status == "queued":  # every path back to queued clears the owner
+            assert t.worker_id is None, as_dict(t)
+
+
+async def test_invariants_random_sequence(backend: Any) -> None:
+    store = backend.store()
+    rng = random.Random(20240611)
+    workers = ["wa", "wb"]
+    ids: list[str] = []
+    counts: dict[str, int] = {}
+    for step in range(220):
+        op = rng.choice(
+            ["submit", "claim", "claim", "heartbeat", "batch", "progress", "succeed",
+             "complete", "fail", "cancel", "retry"]
+        )  # fmt: skip
+        tid = rng.choice(ids) if ids else None
+        w = rng.choice(workers)
+        try:
+            if op == "submit" or tid is None:
+                op = "submit"
+                t = await store.submit(
+                    name=rng.choice(["x", "y"]),
+                    max_attempts=rng.randint(1, 3),
+                    priority=rng.randint(-1, 1),
+                )
+                ids.append(t.id)
+            elif op == "claim":
+                await store.claim(
+                    queues=["default"], worker_id=w, limit=rng.randint(1, 3),
+                    lease_ms=rng.choice([30_000, 30_000, 1]),
+                )  # fmt: skip
+            elif op == "heartbeat":
+                await store.heartbeat(task_id=tid, worker_id=w, lease_ms=rng.choice([30_000, 1]))
+            elif op == "batch":
+                await store.heartbeat_batch(task_ids=rng.sample(ids, min(3, len(ids))), worker_id=w)
+            elif op == "progress":
+                await store.progress(
+                    task_id=tid, worker_id=w, progress=rng.choice([None, rng.random()]),
+                    message=rng.choice([None, "m"]),
+                )  # fmt: skip
+            elif op == "succeed":
+                await store.succeed(task_id=tid, worker_id=w, result=rng.choice([None, {"ok": 1}]))
+            elif op == "complete":
+                await store.complete(task_id=tid, worker_id=w, result=rng.choice([None, 3]))
+            elif op == "fail":
+                await store.fail(
+                    task_id=tid, worker_id=w, error={"type": "E"},
+                    retryable=rng.random() < 0.7, delay_ms=rng.choice([0, 0, 50]),
+                )  # fmt: skip
+            elif op == "cancel":
+                await store.cancel(tid)
+            elif op == "retry":
+                await store.retry(tid, reset_attempt=rng.random() < 0.3)
+            counts[op] = counts.get(op, 0) + 1
+        except LostLease as exc:
+            assert exc.task_id == tid
+            counts["lost"] = counts.get("lost", 0) + 1
+        rows = await store.list(limit=1000)
+        assert len(rows) == len(ids)
+        check_invariants(rows)
+        if step % 40 == 39:
+            await asyncio.sleep(0.005)  # let 1 ms leases run out for recovery to kick in
+
+    # the sequence really exercised the interesting paths
+    statuses = {t.status for t in await store.list(limit=1000)}
+    assert len(statuses) >= 3, statuses
+    for op in ("claim", "succeed", "complete", "fail", "cancel", "retry", "progress"):
+        assert counts.get(op, 0) > 0, counts
