@@ -61,6 +61,7 @@ setup(
         "cairnq",
         "cairnq.store",
         "cairnq.store.sqlite",
+        "cairnq.store.postgres",
         "cairnq.worker",
         "cairnq.cli",
         "cairnq._speedups",

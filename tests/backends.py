@@ -103,13 +103,43 @@ class Backend:
         self._stores.clear()
 
 
+_EXPECTED_LEDGER = (
+    "0001_init.sql", "0002_purge_index.sql", "0003_notify.sql", "0004_lease_index.sql",
+    "0005_clear_terminal_lease.sql", "0006_claim_name_index.sql", "0007_purge_status_index.sql",
+    "0008_claim_due_index.sql", "0009_purge_queue_index.sql", "0010_drop_status_index.sql",
+)  # fmt: skip
+
+
+def reset_database(name: str) -> None:
+    """Empty a test database between tests: no tasks, no keys, stock meta and
+    ledger. Much cheaper than a new database per test; tests that change the
+    schema itself ask for a fresh database instead."""
+    import psycopg
+
+    with psycopg.connect(dsn_for(name), autocommit=True) as conn:
+        present = conn.execute("select to_regclass('public.cairnq_tasks') is not null").fetchone()
+        if not present or not present[0]:
+            return
+        conn.execute("truncate cairnq_task_keys, cairnq_tasks")
+        conn.execute("delete from cairnq_meta where key not in ('protocol_version', 'schema_version')")
+        conn.execute("update cairnq_meta set value = '1' where key = 'protocol_version'")
+        conn.execute("update cairnq_meta set value = '10' where key = 'schema_version'")
+        conn.execute("delete from cairnq_migrations where not (name = any(%s))", [list(_EXPECTED_LEDGER)])
+
+
 @contextlib.contextmanager
-def make_backend(dialect: str, tmp_path: Path) -> Iterator[Backend]:
+def make_backend(dialect: str, tmp_path: Path, pg_database: Optional[str] = None) -> Iterator[Backend]:
+    """``pg_database``: a shared per-session database to reuse (reset first);
+    without one, a brand-new database is created and dropped."""
     if dialect == "sqlite":
         yield Backend("sqlite", str(tmp_path / "tasks.db"))
         return
     if dialect != "postgres":
         raise ValueError(dialect)
+    if pg_database is not None:
+        reset_database(pg_database)
+        yield Backend("postgres", dsn_for(pg_database), database=pg_database)
+        return
     name = create_database()
     try:
         yield Backend("postgres", dsn_for(name), database=name)

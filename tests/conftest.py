@@ -50,9 +50,30 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Any:
     return True
 
 
+@pytest.fixture(scope="session")
+def pg_database() -> Any:
+    """One PostgreSQL database for the whole test run, reset between tests."""
+    from backends import create_database, drop_database
+
+    name = create_database()
+    try:
+        yield name
+    finally:
+        drop_database(name)
+
+
 @pytest.fixture(params=DIALECTS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    """A fresh, empty database of each dialect (see tests/backends.py)."""
+    """An empty database of each dialect: a new SQLite file, or the session's
+    PostgreSQL database emptied (see tests/backends.py)."""
+    shared = request.getfixturevalue("pg_database") if request.param == "postgres" else None
+    with make_backend(request.param, tmp_path, shared) as b:
+        yield b
+
+
+@pytest.fixture(params=DIALECTS)
+def fresh_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """A brand-new, never-migrated database of each dialect (schema tests)."""
     with make_backend(request.param, tmp_path) as b:
         yield b
 

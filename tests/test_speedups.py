@@ -15,6 +15,7 @@ import dataclasses
 import datetime
 import decimal
 import enum
+import faulthandler
 import json
 import math
 import os
@@ -55,13 +56,9 @@ def stdlib_dumps(value: Any) -> str:
 
 
 def _kernels(mods: dict[str, Any], name: str) -> SimpleNamespace:
-    # There is no compiled ``loads`` (both sets read through the twin's orjson +
-    # stdlib fallback); expose the one each set actually uses.
-    loads = getattr(mods["jsoncodec"], "loads", _speedups.loads)
-    return SimpleNamespace(name=name, loads=loads, **mods)
+    return SimpleNamespace(name=name, loads=mods["jsoncodec"].loads, **mods)
 
 
-# Module-scoped so hypothesis' @given accepts it (no function-scoped fixture reuse).
 @pytest.fixture(
     scope="module",
     params=[
@@ -390,10 +387,15 @@ json_values = st.recursive(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(value=json_values)
-def test_dumps_property_matches_stdlib_and_twin(impl: SimpleNamespace, value: Any) -> None:
+def test_dumps_property_matches_stdlib_and_twin(value: Any) -> None:
+    # One property run covers both sets: compiled == pure == stdlib on each example.
     expected = stdlib_dumps(value)
+    read_back = repr(json.loads(expected))
     assert PURE["jsoncodec"].dumps(value) == expected
-    assert impl.jsoncodec.dumps(value) == expected
+    assert repr(PURE["jsoncodec"].loads(expected)) == read_back
+    if COMPILED is not None:
+        assert COMPILED["jsoncodec"].dumps(value) == expected
+        assert repr(COMPILED["jsoncodec"].loads(expected)) == read_back
 
 
 # ---------------------------------------------------------------------------
@@ -476,6 +478,21 @@ def test_loads_big_int_exact(impl: SimpleNamespace) -> None:
 def test_loads_lone_surrogate_escape(impl: SimpleNamespace) -> None:
     assert impl.loads('"\\ud800"') == "\ud800"
     assert impl.loads(impl.jsoncodec.dumps(["\ud800", "x\udfff"])) == ["\ud800", "x\udfff"]
+
+
+@needs_compiled
+@pytest.mark.parametrize(
+    "text",
+    LOADS_TEXTS
+    + [t.encode() for t in LOADS_TEXTS]
+    + ['"\ud800"', "NaN", "[Infinity]", "\ufeff[1]", '"a\tb"', '{"a":1,"a":2}', "[" * 1100]
+    + [b"\xff", b'"\xed\xa0\x80"', bytearray(b"[1]"), memoryview(b"[2]"), None, 5],
+)
+def test_twins_loads_agree(text: Any) -> None:
+    assert COMPILED is not None
+    c = outcome(COMPILED["jsoncodec"].loads, text)
+    p = outcome(PURE["jsoncodec"].loads, text)
+    assert repr(c) == repr(p)
 
 
 @pytest.mark.parametrize("text", ["", "{", "[1,]", "{'a':1}", "nul", '"\\x"', "01"])
@@ -653,9 +670,21 @@ def test_decode_task_ms_bad_string(impl: SimpleNamespace, raw: str) -> None:
 
 
 def test_decode_task_other_columns_untouched(impl: SimpleNamespace) -> None:
-    # only *_ms columns are converted; attempt/priority/progress are passed through
-    task = impl.rows.decode_task(make_row(attempt="3", priority="1", progress="0.5"))
-    assert task.attempt == "3" and task.priority == "1" and task.progress == "0.5"
+    # only *_ms (int) and progress (float) are converted; attempt/priority pass through
+    task = impl.rows.decode_task(make_row(attempt="3", priority="1", message=7))
+    assert task.attempt == "3" and task.priority == "1" and task.message == 7
+
+
+@pytest.mark.parametrize(
+    "raw,want", [(None, None), (0.25, 0.25), (1, 1.0), (0, 0.0), (True, 1.0), ("0.5", 0.5)]
+)
+def test_decode_progress_is_float(impl: SimpleNamespace, raw: Any, want: Any) -> None:
+    # SQLite's RETURNING hands a whole-valued REAL back as an int; progress is a float
+    for task in (
+        impl.rows.decode_task(make_row(progress=raw)),
+        impl.rows.decode_mapping(_mapping(progress=raw)),
+    ):
+        assert task.progress == want and type(task.progress) is type(want)
 
 
 def test_decode_task_list_row(impl: SimpleNamespace) -> None:
@@ -682,10 +711,64 @@ def test_decode_task_other_sequences(impl: SimpleNamespace) -> None:
     assert impl.rows.decode_task(make_row() + ("extra",)) == expected_task()
 
 
-@pytest.mark.parametrize("length", [0, 22])
-def test_decode_task_short_row(impl: SimpleNamespace, length: int) -> None:
-    with pytest.raises(IndexError):
-        impl.rows.decode_task(make_row()[:length])
+def run_isolated(impl_name: str, module: str, call: str) -> str:
+    """Evaluate ``<kernels>[module].<call>`` in a forked child, so a crash (a read
+    past the end of a row) fails one test instead of killing the session.
+    Returns "ok:<repr>", "raise:<ExcType>" or "crash:<signal/status>"."""
+    mods = PURE if impl_name == "python" else COMPILED
+    assert mods is not None
+    target = mods[module]
+    if not hasattr(os, "fork"):  # pragma: no cover - POSIX only; run it in-process
+        try:
+            return "ok:" + repr(eval(f"m.{call}", {"m": target}))
+        except Exception as exc:  # noqa: BLE001
+            return "raise:" + type(exc).__name__
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: no pytest teardown, just the answer and out
+        code = 0
+        try:
+            faulthandler.disable()  # the crash is the expected failure, not a traceback dump
+            os.close(read_fd)
+            try:
+                out = "ok:" + repr(eval(f"m.{call}", {"m": target}))
+            except Exception as exc:  # noqa: BLE001
+                out = "raise:" + type(exc).__name__
+            os.write(write_fd, out.encode())
+        except BaseException:  # noqa: BLE001
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    chunks = []
+    while True:
+        chunk = os.read(read_fd, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_fd)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return f"crash:signal {os.WTERMSIG(status)}"
+    if os.WEXITSTATUS(status) != 0:
+        return f"crash:exit {os.WEXITSTATUS(status)}"
+    return b"".join(chunks).decode()
+
+
+SHORT_ROWS = [
+    "decode_task(())",
+    "decode_task([])",
+    "decode_task(tuple(range(5)), False)",
+    "decode_task(tuple(range(22)), False)",
+    "decode_task(list(range(22)), False)",
+    "decode_tasks([tuple(range(23)), tuple(range(22))], False)",
+]
+
+
+@pytest.mark.parametrize("call", SHORT_ROWS)
+def test_decode_task_short_row(impl: SimpleNamespace, call: str) -> None:
+    # a row with fewer than 23 columns is an IndexError (not a read past its end)
+    assert run_isolated(impl.name, "rows", call) == "raise:IndexError"
 
 
 def test_decode_tasks(impl: SimpleNamespace) -> None:
@@ -804,14 +887,13 @@ def test_twins_rows_agree(json_is_text: bool) -> None:
 @pytest.mark.parametrize(
     "row",
     [
-        make_row()[:22],
         make_row(payload="{bad"),
         make_row(metadata="{bad"),
         make_row(run_at_ms="x"),
         make_row(completed_at_ms=[1]),
         make_row(payload="{bad", run_at_ms="x"),
     ],
-    ids=["short", "bad-payload", "bad-metadata", "bad-ms", "ms-list", "two-errors"],
+    ids=["bad-payload", "bad-metadata", "bad-ms", "ms-list", "two-errors"],
 )
 def test_twins_rows_same_exceptions(row: Any) -> None:
     assert COMPILED is not None
@@ -877,6 +959,21 @@ def test_decode_beats(impl: SimpleNamespace) -> None:
     assert all(type(v) is bool for v in out.values())
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        "decode_beats([('a',)])",
+        "decode_beats([['a']])",
+        "decode_beats([()])",
+        "decode_beats([[]])",
+        "decode_beats([('a', None), ('b',)])",
+    ],
+)
+def test_decode_beats_short_row(impl: SimpleNamespace, call: str) -> None:
+    # a row without its cancel column is an IndexError, not a guess from stray memory
+    assert run_isolated(impl.name, "beats", call) == "raise:IndexError"
+
+
 @needs_compiled
 def test_twins_beats_agree() -> None:
     assert COMPILED is not None
@@ -898,7 +995,11 @@ def ref_delay(attempt: int, base_ms: int, max_ms: int, r: float) -> int:
     """OPERATIONS.md §5.4, literally."""
     if base_ms <= 0:
         return 0
-    window = min(max_ms, base_ms * 2 ** max(0, attempt - 1))
+    exponent = max(0, attempt - 1)
+    if exponent > max(max_ms, 0).bit_length():
+        window = max_ms  # base_ms * 2**exponent > max_ms (without building 2**2**70)
+    else:
+        window = min(max_ms, base_ms * 2**exponent)
     floor = window // 2
     return floor + int(r * (window - floor))
 
@@ -1207,7 +1308,7 @@ def test_active_kernels_match_flag() -> None:
     assert _speedups.decode_beats is active["beats"].decode_beats
     assert _speedups.retry_delay_ms is active["backoff"].retry_delay_ms
     assert _speedups.new_ulid is active["ids"].new_ulid
-    assert _speedups.loads is PURE["jsoncodec"].loads
+    assert _speedups.loads is active["jsoncodec"].loads
 
 
 def _run_flag(value: str | None) -> str:

@@ -88,12 +88,12 @@ FORMS = {
 
 
 @pytest.mark.parametrize("form", list(FORMS))
-async def test_claim_order_priority_run_at_id(backend: Any, form: str) -> None:
+async def test_claim_order_priority_run_at_id(sqlite_backend: Any, form: str) -> None:
     """priority DESC, then run_at_ms ASC, then id ASC; not-yet-due rows skipped.
 
     Checked through every claim variant (one/several queues x any/one/several names).
     """
-    need_sqlite(backend)
+    backend = sqlite_backend
     queues, names = FORMS[form]
     store = backend.store()
     base = now_ms() - 10_000
@@ -132,7 +132,39 @@ async def test_claim_order_priority_run_at_id(backend: Any, form: str) -> None:
     assert sorted(label_of[t.id] for t in got) == ["d", "f", "h"]
 
 
-async def test_claim_order_by_priority_and_submission(backend: Any) -> None:
+async def test_claim_order_ties_across_queues_and_names(sqlite_backend: Any) -> None:
+    """Candidates of several queues/names merge in claim order (ties: run_at, then id)."""
+    backend = sqlite_backend
+    store = backend.store()
+    base = now_ms() - 10_000
+    # (queue, name, priority, run_at offset, id); expected order is the list order
+    rows = [
+        ("q2", "n2", 3, -100, "task_00000000000000000000000001"),
+        ("q1", "n1", 3, -100, "task_00000000000000000000000002"),
+        ("q2", "n1", 3, -100, "task_00000000000000000000000003"),
+        ("q1", "n2", 3, -100, "task_00000000000000000000000004"),
+        ("q1", "n1", 3, -50, "task_00000000000000000000000000"),
+        ("q2", "n2", 1, -900, "task_0000000000000000000000000A"),
+        ("q1", "n2", 1, -900, "task_0000000000000000000000000B"),
+    ]
+    for queue, name, prio, offset, new_id in reversed(rows):
+        t = await store.submit(name=name, queue=queue, priority=prio)
+        sql(backend, "update cairnq_tasks set id = ?, run_at_ms = ? where id = ?", (new_id, base + offset, t.id))
+    expected = [r[4] for r in rows]
+    for names in (None, ["n1", "n2"], ["n2", "n1", "ghost"]):
+        order = await claim_all_one_by_one(store, queues=["q1", "q2"], names=names, worker_id="w")
+        assert order == expected, names
+        sql(backend, "update cairnq_tasks set status = 'queued', worker_id = null, lease_until_ms = null, attempt = 0")
+    for limit in (2, 4, 7):
+        got = await store.claim(queues=["q2", "q1"], names=["n1", "n2"], worker_id="w", limit=limit)
+        assert sorted(t.id for t in got) == sorted(expected[:limit]), limit
+        sql(backend, "update cairnq_tasks set status = 'queued', worker_id = null, lease_until_ms = null, attempt = 0")
+        got = await store.claim(queues=["q2", "q1"], names=None, worker_id="w", limit=limit)
+        assert sorted(t.id for t in got) == sorted(expected[:limit]), limit
+        sql(backend, "update cairnq_tasks set status = 'queued', worker_id = null, lease_until_ms = null, attempt = 0")
+
+
+async def test_claim_order_and_limit(backend: Any) -> None:
     """Dialect-neutral: priorities decide, then earlier run_at (submission order)."""
     store = backend.store()
     ids: dict[str, str] = {}
@@ -140,48 +172,42 @@ async def test_claim_order_by_priority_and_submission(backend: Any) -> None:
         ids[label] = (await store.submit(name="job", priority=prio)).id
         await asyncio.sleep(0.003)  # distinct run_at_ms in submission order
     label_of = {v: k for k, v in ids.items()}
+
+    # limit <= 0 claims nothing and touches nothing
+    assert await store.claim(queues=["default"], worker_id="w", limit=0) == []
+    assert await store.claim(queues=["default"], worker_id="w", limit=-3) == []
+    for t in await store.list():
+        assert t.status == "queued" and t.attempt == 0
+
+    got = await store.claim(queues=["default"], worker_id="w", limit=3)
+    assert len(got) == 3
+    assert sorted(label_of[t.id] for t in got) == ["p3a", "p3b", "p7"]
     order = await claim_all_one_by_one(store, queues=["default"], worker_id="w")
-    assert [label_of[i] for i in order] == ["p7", "p3a", "p3b", "p0a", "p0b", "pm2"]
+    assert [label_of[i] for i in order] == ["p0a", "p0b", "pm2"]
+    assert await store.claim(queues=["default"], worker_id="w", limit=10) == []
+
+    more = [(await store.submit(name="job", priority=p)).id for p in (1, 9)]
+    got = await store.claim(queues=["default"], worker_id="w", limit=10)
+    assert len(got) == 2 and sorted(t.id for t in got) == sorted(more)
 
 
 async def test_delayed_task_not_claimable_until_due(backend: Any) -> None:
     store = backend.store()
-    late = await store.submit(name="job", delay_ms=250, priority=100)
+    t0 = now_ms()
+    late = await store.submit(name="job", delay_ms=700, priority=100)
     far = await store.submit(name="job", delay_ms=600_000, priority=100)
     now_task = await store.submit(name="job", priority=-5)
-    assert late.run_at_ms >= late.created_at_ms + 250
+    # Postgres evaluates the clock separately for run_at and created_at (±1 ms)
+    assert late.run_at_ms >= late.created_at_ms + 699
     got = await store.claim(queues=["default"], worker_id="w", limit=10)
     assert [t.id for t in got] == [now_task.id]
     assert await store.claim(queues=["default"], worker_id="w", limit=10) == []
-    await asyncio.sleep(0.3)
+    assert now_ms() < t0 + 700, "setup too slow for this test's timing"
+    await asyncio.sleep(max(0.0, (late.run_at_ms - now_ms()) / 1000) + 0.05)
     got = await store.claim(queues=["default"], worker_id="w", limit=10)
     assert [t.id for t in got] == [late.id]
     assert (await store.get(far.id)).status == "queued"
     assert (await store.get(far.id)).attempt == 0
-
-
-# -- limit ----------------------------------------------------------------------
-
-
-async def test_claim_limit(backend: Any) -> None:
-    store = backend.store()
-    tasks = []
-    for prio in [1, 5, 3, 4, 2]:
-        tasks.append(await store.submit(name="job", priority=prio))
-    by_prio = {t.priority: t.id for t in tasks}
-
-    assert await store.claim(queues=["default"], worker_id="w", limit=0) == []
-    assert await store.claim(queues=["default"], worker_id="w", limit=-3) == []
-    for t in tasks:
-        assert (await store.get(t.id)).status == "queued"
-
-    got = await store.claim(queues=["default"], worker_id="w", limit=3)
-    assert len(got) == 3
-    assert {t.id for t in got} == {by_prio[5], by_prio[4], by_prio[3]}
-    got = await store.claim(queues=["default"], worker_id="w", limit=10)
-    assert {t.id for t in got} == {by_prio[2], by_prio[1]}
-    assert len(got) == 2
-    assert await store.claim(queues=["default"], worker_id="w", limit=10) == []
 
 
 # -- queue filter ------------------------------------------------------------------
@@ -402,11 +428,8 @@ async def test_claim_ignores_max_attempts(backend: Any) -> None:
     assert r.status == "queued" and r.attempt == 1
     [c] = await store.claim(queues=["default"], worker_id="w")
     assert c.id == t.id and c.status == "running" and c.attempt == 2 and c.max_attempts == 1
-
-
-async def test_claim_ignores_max_attempts_sqlite_rewrite(backend: Any) -> None:
-    need_sqlite(backend)
-    store = backend.store()
+    if backend.dialect != "sqlite":
+        return
     t = await store.submit(name="job", max_attempts=2)
     sql(backend, "update cairnq_tasks set attempt = 7 where id = ?", (t.id,))
     [c] = await store.claim(queues=["default"], worker_id="w")
@@ -475,9 +498,7 @@ async def test_probe_false_never_calls_plan(backend: Any) -> None:
     assert out is None and plan.calls == 1
     assert (await store.get(other_q.id)).status == "queued"
 
-
-async def test_claim_session_requires_names_keyword(backend: Any) -> None:
-    store = backend.store()
+    # `names` is a required keyword of claim_session (None allowed)
     with pytest.raises(TypeError):
         await store.claim_session(queues=["default"], worker_id="w", plan=Plan())  # type: ignore[call-arg]
 
@@ -513,23 +534,37 @@ async def test_expired_lease_elsewhere_makes_probe_true_and_is_recovered(backend
     assert again.id == dead.id and again.attempt == 2 and again.worker_id == "w3"
 
 
-async def test_plain_claim_of_other_queue_recovers(backend: Any) -> None:
+async def test_expired_lease_recovery_through_plain_claims(backend: Any) -> None:
     store = backend.store()
-    dead = await store.submit(name="x", queue="q1", max_attempts=1)
-    await store.claim(queues=["q1"], worker_id="dead", lease_ms=50)
-    await asyncio.sleep(0.1)
-    assert await store.claim(queues=["q2"], worker_id="w", names=["y"]) == []
-    row = await store.get(dead.id)
-    assert row.status == "failed"
-    assert row.worker_id == "dead"
+    exhausted = await store.submit(name="x", queue="q1", max_attempts=1)
+    again = await store.submit(name="y", queue="q3", max_attempts=3)
+    await store.claim(queues=["q1"], worker_id="dead", lease_ms=100)
+    await store.claim(queues=["q3"], worker_id="dead", lease_ms=100)
+    await asyncio.sleep(0.2)
+    with pytest.raises(LostLease):
+        await store.heartbeat(task_id=again.id, worker_id="dead")
+    # a claim for another queue and name recovers both
+    assert await store.claim(queues=["q2"], worker_id="w", names=["z"]) == []
+    row = await store.get(exhausted.id)
+    assert row.status == "failed" and row.worker_id == "dead" and row.lease_until_ms is None
     assert row.error == json.loads(LEASE_EXPIRED_TEXT)
+    row = await store.get(again.id)
+    assert row.status == "queued" and row.worker_id is None and row.attempt == 1
+
+    # recovery runs before the draw: a recovered task is claimable in the same session
+    await store.claim(queues=["q3"], worker_id="dead", lease_ms=100)
+    await asyncio.sleep(0.2)
+    [c] = await store.claim(queues=["q3"], worker_id="alive", lease_ms=5000)
+    assert c.id == again.id and c.attempt == 3 and c.worker_id == "alive" and c.status == "running"
+    with pytest.raises(LostLease):
+        await store.complete(task_id=again.id, worker_id="dead", result=1)
 
 
 # -- recover_leases branches ---------------------------------------------------------------
 
 
-async def test_recover_leases_branches(backend: Any) -> None:
-    need_sqlite(backend)
+async def test_recover_leases_branches(sqlite_backend: Any) -> None:
+    backend = sqlite_backend
     store = backend.store()
     a = await store.submit(name="a", queue="qa", max_attempts=3)  # cancel requested
     b = await store.submit(name="b", queue="qb", max_attempts=3)  # attempts left
@@ -619,9 +654,11 @@ async def test_recover_leases_branches(backend: Any) -> None:
     }
 
 
-async def test_recovery_at_lease_equal_to_now(backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_recovery_at_lease_equal_to_now(
+    sqlite_backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """lease_until_ms <= now is expired: at equality the task is recovered."""
-    need_sqlite(backend)
+    backend = sqlite_backend
     import cairnq.store.sqlite.store as sqlite_store
 
     if not hasattr(sqlite_store, "now_ms"):
@@ -640,19 +677,6 @@ async def test_recovery_at_lease_equal_to_now(backend: Any, monkeypatch: pytest.
     assert await store.claim_session(queues=["z"], worker_id="w2", names=None, plan=plan) == "ret"
     row = await store.get(t.id)
     assert row.status == "queued" and row.run_at_ms == frozen and row.updated_at_ms == frozen
-
-
-async def test_recovered_task_claimable_in_same_session(backend: Any) -> None:
-    store = backend.store()
-    t = await store.submit(name="x")
-    await store.claim(queues=["default"], worker_id="dead", lease_ms=50)
-    await asyncio.sleep(0.1)
-    with pytest.raises(LostLease):
-        await store.heartbeat(task_id=t.id, worker_id="dead")
-    [c] = await store.claim(queues=["default"], worker_id="alive", lease_ms=5000)
-    assert c.id == t.id and c.attempt == 2 and c.worker_id == "alive" and c.status == "running"
-    with pytest.raises(LostLease):
-        await store.complete(task_id=t.id, worker_id="dead", result=1)
 
 
 # -- plans with several draws ------------------------------------------------------------------
@@ -694,9 +718,9 @@ async def test_plan_draws_several_times(backend: Any) -> None:
 async def test_idle_name_against_deep_backlog(backend: Any) -> None:
     store = backend.store()
     total = 20_000
-    for start in range(0, total, 1000):
+    for start in range(0, total, 2500):
         await asyncio.gather(
-            *[store.submit(name="busy", payload={"i": i}) for i in range(start, start + 1000)]
+            *[store.submit(name="busy", payload={"i": i}) for i in range(start, start + 2500)]
         )
     assert await store.claim(queues=["default"], worker_id="w", names=["idle"]) == []
     assert await store.claim(queues=["default", "q2"], worker_id="w", names=["idle"]) == []

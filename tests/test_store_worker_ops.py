@@ -113,84 +113,86 @@ OPS: dict[str, Op] = {
 }
 
 
-@pytest.mark.parametrize("op", list(OPS))
-async def test_ownership_wrong_worker(backend: Any, op: str) -> None:
+async def test_ownership_wrong_worker(backend: Any) -> None:
     store = backend.store()
-    t = await claimed(store, worker="owner")
-    before = await snapshot(backend, store, t.id)
-    with pytest.raises(LostLease) as info:
-        await OPS[op](store, t.id, "intruder")
-    assert info.value.task_id == t.id
-    assert await snapshot(backend, store, t.id) == before
-    # the owner still can
-    await OPS[op](store, t.id, "owner")
-
-
-@pytest.mark.parametrize("op", list(OPS))
-async def test_ownership_not_running(backend: Any, op: str) -> None:
-    store = backend.store()
-    queued = await store.submit(name="job")
-    before = await snapshot(backend, store, queued.id)
-    with pytest.raises(LostLease) as info:
-        await OPS[op](store, queued.id, "w1")
-    assert info.value.task_id == queued.id
-    assert await snapshot(backend, store, queued.id) == before
-
-    for finish in ("succeed", "fail_final"):
-        done = await claimed(store, worker="w1")
-        await OPS[finish](store, done.id, "w1")
-        before = await snapshot(backend, store, done.id)
+    for op in OPS:
+        t = await claimed(store, worker="owner")
+        before = await snapshot(backend, store, t.id)
         with pytest.raises(LostLease) as info:
-            await OPS[op](store, done.id, "w1")
-        assert info.value.task_id == done.id
-        assert await snapshot(backend, store, done.id) == before
-
-    # requeued by a retryable fail: queued again, worker_id cleared
-    back = await claimed(store, worker="w1")
-    await OPS["fail"](store, back.id, "w1")
-    with pytest.raises(LostLease):
-        await OPS[op](store, back.id, "w1")
-
-    with pytest.raises(LostLease) as info:
-        await OPS[op](store, "task_doesnotexist", "w1")
-    assert info.value.task_id == "task_doesnotexist"
+            await OPS[op](store, t.id, "intruder")
+        assert info.value.task_id == t.id, op
+        assert await snapshot(backend, store, t.id) == before, op
+        # the owner still can
+        await OPS[op](store, t.id, "owner")
 
 
-@pytest.mark.parametrize("op", list(OPS))
-async def test_ownership_lease_expired(backend: Any, op: str) -> None:
+async def test_ownership_not_running(backend: Any) -> None:
     store = backend.store()
-    t = await claimed(store, worker="w1", lease_ms=50)
-    await asyncio.sleep(0.1)
-    before = await snapshot(backend, store, t.id)
-    with pytest.raises(LostLease) as info:
-        await OPS[op](store, t.id, "w1")
-    assert info.value.task_id == t.id
-    after = await snapshot(backend, store, t.id)
-    assert after == before
-    assert after["status"] == "running"  # nobody recovered it; still lost
+    for op in OPS:
+        queued = await store.submit(name="job", queue="never_claimed")
+        before = await snapshot(backend, store, queued.id)
+        with pytest.raises(LostLease) as info:
+            await OPS[op](store, queued.id, "w1")
+        assert info.value.task_id == queued.id, op
+        assert await snapshot(backend, store, queued.id) == before, op
+
+        for finish in ("succeed", "fail_final"):
+            done = await claimed(store, worker="w1")
+            await OPS[finish](store, done.id, "w1")
+            before = await snapshot(backend, store, done.id)
+            with pytest.raises(LostLease) as info:
+                await OPS[op](store, done.id, "w1")
+            assert info.value.task_id == done.id, (op, finish)
+            assert await snapshot(backend, store, done.id) == before, (op, finish)
+
+        # requeued by a retryable fail: queued again, worker_id cleared
+        back = await claimed(store, worker="w1")
+        await OPS["fail"](store, back.id, "w1")
+        before = await snapshot(backend, store, back.id)
+        with pytest.raises(LostLease):
+            await OPS[op](store, back.id, "w1")
+        assert await snapshot(backend, store, back.id) == before, op
+
+        with pytest.raises(LostLease) as info:
+            await OPS[op](store, "task_doesnotexist", "w1")
+        assert info.value.task_id == "task_doesnotexist", op
 
 
-@pytest.mark.parametrize("op", list(OPS))
+async def test_ownership_lease_expired(backend: Any) -> None:
+    store = backend.store()
+    tasks = {op: await claimed(store, worker="w1", lease_ms=400) for op in OPS}
+    await asyncio.sleep(0.5)  # no claim from here on: nothing recovers them
+    for op, t in tasks.items():
+        before = await snapshot(backend, store, t.id)
+        assert before["status"] == "running" and before["worker_id"] == "w1"
+        with pytest.raises(LostLease) as info:
+            await OPS[op](store, t.id, "w1")
+        assert info.value.task_id == t.id, op
+        assert await snapshot(backend, store, t.id) == before, op
+
+
 async def test_ownership_lease_equal_to_now_is_lost(
-    backend: Any, op: str, monkeypatch: pytest.MonkeyPatch
+    sqlite_backend: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    need_sqlite(backend)
+    """lease_until_ms <= now means lost: at equality every write is refused."""
+    backend = sqlite_backend
     import cairnq.store.sqlite.store as sqlite_store
 
     if not hasattr(sqlite_store, "now_ms"):
         pytest.skip("SQLite store clock is not patchable here")
     store = backend.store()
-    t = await claimed(store, worker="w1")
+    tasks = {op: await claimed(store, worker="w1") for op in OPS}
     frozen = now_ms() + 10_000
     monkeypatch.setattr(sqlite_store, "now_ms", lambda: frozen)
-    sql(backend, "update cairnq_tasks set lease_until_ms = ? where id = ?", (frozen, t.id))
-    before = raw(backend, t.id)
-    with pytest.raises(LostLease):
-        await OPS[op](store, t.id, "w1")
-    assert raw(backend, t.id) == before
-    sql(backend, "update cairnq_tasks set lease_until_ms = ? where id = ?", (frozen + 1, t.id))
-    row = await OPS[op](store, t.id, "w1")
-    assert row.updated_at_ms == frozen
+    for op, t in tasks.items():
+        sql(backend, "update cairnq_tasks set lease_until_ms = ? where id = ?", (frozen, t.id))
+        before = raw(backend, t.id)
+        with pytest.raises(LostLease):
+            await OPS[op](store, t.id, "w1")
+        assert raw(backend, t.id) == before, op
+        sql(backend, "update cairnq_tasks set lease_until_ms = ? where id = ?", (frozen + 1, t.id))
+        row = await OPS[op](store, t.id, "w1")
+        assert row.updated_at_ms == frozen, op
 
 
 # -- heartbeat ------------------------------------------------------------------------
@@ -222,16 +224,14 @@ async def test_heartbeat_extends_lease_and_returns_row(backend: Any) -> None:
     assert beat.cancel_requested_at_ms == canceled.cancel_requested_at_ms
     assert beat.status == "running"
 
-
-async def test_heartbeat_keeps_task_alive_past_original_lease(backend: Any) -> None:
-    store = backend.store()
-    t = await claimed(store, worker="w1", lease_ms=150)
-    for _ in range(3):
-        await asyncio.sleep(0.08)
-        await store.heartbeat(task_id=t.id, worker_id="w1", lease_ms=150)
-    # 240 ms after a 150 ms lease: still owned, and a claim recovers nothing
-    assert await store.claim(queues=[t.queue], worker_id="w2") == []
-    done = await store.complete(task_id=t.id, worker_id="w1", result="ok")
+    # beats keep a task owned well past its original lease
+    k = await claimed(store, worker="w1", lease_ms=600)
+    for _ in range(4):
+        await asyncio.sleep(0.2)
+        await store.heartbeat(task_id=k.id, worker_id="w1", lease_ms=600)
+    # 800 ms after a 600 ms lease: still owned, and a claim recovers nothing
+    assert await store.claim(queues=[k.queue], worker_id="w2") == []
+    done = await store.complete(task_id=k.id, worker_id="w1", result="ok")
     assert done.status == "succeeded" and done.result == "ok"
 
 
@@ -342,7 +342,7 @@ async def test_succeed_ignores_cancel(backend: Any) -> None:
 # -- complete -------------------------------------------------------------------------------
 
 
-async def test_complete_without_cancel(backend: Any) -> None:
+async def test_complete_branches(backend: Any) -> None:
     store = backend.store()
     t = await claimed(store, worker="w1")
     await store.progress(task_id=t.id, worker_id="w1", progress=0.3, message="msg")
@@ -363,9 +363,7 @@ async def test_complete_without_cancel(backend: Any) -> None:
     assert r.worker_id == "w1" and r.message == "msg"
     assert as_dict(r) == as_dict(await store.get(t.id))
 
-
-async def test_complete_with_cancel_discards_result(backend: Any) -> None:
-    store = backend.store()
+    # cancel requested: canceled, result discarded, progress unchanged
     t = await claimed(store, worker="w1")
     await store.progress(task_id=t.id, worker_id="w1", progress=0.3, message="msg")
     await store.cancel(t.id)
@@ -382,13 +380,14 @@ async def test_complete_with_cancel_discards_result(backend: Any) -> None:
         updated_at_ms=r.completed_at_ms,
     )
     assert r.result is None and r.progress == 0.3 and r.message == "msg" and r.worker_id == "w1"
+    assert as_dict(r) == as_dict(await store.get(t.id))
     if backend.dialect == "sqlite":
         assert raw_typeof(backend, t.id, "result") == "null"
 
 
-async def test_complete_with_cancel_keeps_older_result(backend: Any) -> None:
+async def test_complete_with_cancel_keeps_older_result(sqlite_backend: Any) -> None:
     """'result unchanged' means the column is not written, not cleared."""
-    need_sqlite(backend)
+    backend = sqlite_backend
     store = backend.store()
     t = await claimed(store, worker="w1")
     sql(backend, "update cairnq_tasks set result = ? where id = ?", ('{"old":true}', t.id))
@@ -400,9 +399,8 @@ async def test_complete_with_cancel_keeps_older_result(backend: Any) -> None:
     assert done.progress is None
 
 
-@pytest.mark.parametrize("how", ["succeed", "complete"])
-async def test_result_encoding(backend: Any, how: str) -> None:
-    need_sqlite(backend)
+async def test_result_values(backend: Any) -> None:
+    """None is SQL NULL; falsy values are JSON, not NULL; encoding per §1.2."""
     store = backend.store()
     cases = [
         (None, None, "null"),
@@ -414,173 +412,196 @@ async def test_result_encoding(backend: Any, how: str) -> None:
         ("é", '"\\u00e9"', "text"),
         ({"t": (1, 2), 3: "k", "f": 1.5}, '{"t":[1,2],"3":"k","f":1.5}', "text"),
     ]
-    for value, text, kind in cases:
-        t = await claimed(store, worker="w1")
-        r = await getattr(store, how)(task_id=t.id, worker_id="w1", result=value)
-        assert r.status == "succeeded"
-        row = raw(backend, t.id)
-        assert row["result"] == text, value
-        assert raw_typeof(backend, t.id, "result") == kind, value
-        assert (await store.get(t.id)).result == (None if value is None else json.loads(text))
+    for how in ("succeed", "complete"):
+        for value, text, kind in cases:
+            t = await claimed(store, worker="w1")
+            r = await getattr(store, how)(task_id=t.id, worker_id="w1", result=value)
+            decoded = None if text is None else json.loads(text)
+            assert r.status == "succeeded", (how, value)
+            assert r.result == decoded and type(r.result) is type(decoded), (how, value)
+            assert (await store.get(t.id)).result == decoded, (how, value)
+            if backend.dialect == "sqlite":
+                assert raw(backend, t.id)["result"] == text, (how, value)
+                assert raw_typeof(backend, t.id, "result") == kind, (how, value)
 
 
-@pytest.mark.parametrize("how", ["succeed", "complete"])
-@pytest.mark.parametrize(
-    "bad", [{1, 2}, {"s": {1}}, float("nan"), {"x": float("inf")}, b"bytes", object()]
-)
-async def test_unencodable_result_writes_nothing(backend: Any, how: str, bad: Any) -> None:
+async def test_unencodable_result_writes_nothing(backend: Any) -> None:
     store = backend.store()
-    t = await claimed(store, worker="w1")
-    await store.progress(task_id=t.id, worker_id="w1", progress=0.5, message="m")
-    before = await snapshot(backend, store, t.id)
-    with pytest.raises(SerializationError):
-        await getattr(store, how)(task_id=t.id, worker_id="w1", result=bad)
-    assert await snapshot(backend, store, t.id) == before
-    # still owned and finishable
-    r = await getattr(store, how)(task_id=t.id, worker_id="w1", result="fine")
-    assert r.status == "succeeded" and r.result == "fine"
+    bads = [{1, 2}, {"s": {1}}, float("nan"), {"x": float("inf")}, b"bytes", object()]
+    for how in ("succeed", "complete"):
+        for bad in bads:
+            t = await claimed(store, worker="w1")
+            await store.progress(task_id=t.id, worker_id="w1", progress=0.5, message="m")
+            before = await snapshot(backend, store, t.id)
+            with pytest.raises(SerializationError):
+                await getattr(store, how)(task_id=t.id, worker_id="w1", result=bad)
+            assert await snapshot(backend, store, t.id) == before, (how, bad)
+        # still owned and finishable
+        r = await getattr(store, how)(task_id=t.id, worker_id="w1", result="fine")
+        assert r.status == "succeeded" and r.result == "fine"
 
 
 # -- fail ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("retryable", [True, False])
-async def test_fail_branch_a_cancel_requested(backend: Any, retryable: bool) -> None:
+async def test_fail_branch_a_cancel_requested(backend: Any) -> None:
     store = backend.store()
-    t = await claimed(store, worker="w1", max_attempts=3)
-    await store.progress(task_id=t.id, worker_id="w1", progress=0.4, message="m")
-    await store.cancel(t.id)
-    before = as_dict(await store.get(t.id))
-    t0 = now_ms()
-    r = await store.fail(task_id=t.id, worker_id="w1", error=dict(ENV), retryable=retryable, delay_ms=5_000)
-    t1 = now_ms()
-    assert t0 <= r.completed_at_ms <= t1
-    assert as_dict(r) == expected(
-        before,
-        status="canceled",
-        error=ENV,
-        lease_until_ms=None,
-        completed_at_ms=r.completed_at_ms,
-        updated_at_ms=r.completed_at_ms,
-    )
-    assert r.worker_id == "w1" and r.progress == 0.4 and r.message == "m"
-    assert r.run_at_ms == before["run_at_ms"] and r.attempt == 1
-    assert as_dict(r) == as_dict(await store.get(t.id))
-    if backend.dialect == "sqlite":
-        assert raw(backend, t.id)["error"] == ENV_TEXT
+    for retryable in (True, False):
+        t = await claimed(store, worker="w1", max_attempts=3)
+        await store.progress(task_id=t.id, worker_id="w1", progress=0.4, message="m")
+        await store.cancel(t.id)
+        before = as_dict(await store.get(t.id))
+        t0 = now_ms()
+        r = await store.fail(
+            task_id=t.id, worker_id="w1", error=dict(ENV), retryable=retryable, delay_ms=5_000
+        )
+        t1 = now_ms()
+        assert t0 <= r.completed_at_ms <= t1
+        assert as_dict(r) == expected(
+            before,
+            status="canceled",
+            error=ENV,
+            lease_until_ms=None,
+            completed_at_ms=r.completed_at_ms,
+            updated_at_ms=r.completed_at_ms,
+        ), retryable
+        assert r.worker_id == "w1" and r.progress == 0.4 and r.message == "m"
+        assert r.run_at_ms == before["run_at_ms"] and r.attempt == 1
+        assert as_dict(r) == as_dict(await store.get(t.id))
+        if backend.dialect == "sqlite":
+            assert raw(backend, t.id)["error"] == ENV_TEXT
 
 
-@pytest.mark.parametrize("delay_ms", [0, 7_000])
-async def test_fail_branch_b_requeue(backend: Any, delay_ms: int) -> None:
+async def test_fail_branch_b_requeue(backend: Any) -> None:
     store = backend.store()
-    t = await claimed(store, worker="w1", max_attempts=3)
-    await store.progress(task_id=t.id, worker_id="w1", progress=0.4, message="m")
-    before = as_dict(await store.get(t.id))
-    t0 = now_ms()
-    r = await store.fail(task_id=t.id, worker_id="w1", error=dict(ENV), retryable=True, delay_ms=delay_ms)
-    t1 = now_ms()
-    assert t0 + delay_ms <= r.run_at_ms <= t1 + delay_ms
-    assert t0 <= r.updated_at_ms <= t1
-    assert as_dict(r) == expected(
-        before,
-        status="queued",
-        error=ENV,
-        worker_id=None,
-        lease_until_ms=None,
-        run_at_ms=r.run_at_ms,
-        completed_at_ms=None,
-        progress=None,
-        message=None,
-        updated_at_ms=r.updated_at_ms,
-    )
-    assert r.attempt == 1
-    if backend.dialect == "sqlite":
-        assert r.run_at_ms - r.updated_at_ms == delay_ms
-        assert raw(backend, t.id)["error"] == ENV_TEXT
-    got = await store.claim(queues=[t.queue], worker_id="w2")
-    if delay_ms:
-        assert got == []
-    else:
-        assert [x.id for x in got] == [t.id] and got[0].attempt == 2 and got[0].error == ENV
+    for delay_ms in (0, 7_000):
+        t = await claimed(store, worker="w1", max_attempts=3)
+        await store.progress(task_id=t.id, worker_id="w1", progress=0.4, message="m")
+        before = as_dict(await store.get(t.id))
+        t0 = now_ms()
+        r = await store.fail(
+            task_id=t.id, worker_id="w1", error=dict(ENV), retryable=True, delay_ms=delay_ms
+        )
+        t1 = now_ms()
+        assert t0 + delay_ms <= r.run_at_ms <= t1 + delay_ms
+        assert t0 <= r.updated_at_ms <= t1
+        assert as_dict(r) == expected(
+            before,
+            status="queued",
+            error=ENV,
+            worker_id=None,
+            lease_until_ms=None,
+            run_at_ms=r.run_at_ms,
+            completed_at_ms=None,
+            progress=None,
+            message=None,
+            updated_at_ms=r.updated_at_ms,
+        ), delay_ms
+        assert r.attempt == 1
+        assert as_dict(r) == as_dict(await store.get(t.id))
+        if backend.dialect == "sqlite":
+            assert r.run_at_ms - r.updated_at_ms == delay_ms
+            assert raw(backend, t.id)["error"] == ENV_TEXT
+        got = await store.claim(queues=[t.queue], worker_id="w2")
+        if delay_ms:
+            assert got == []
+        else:
+            assert [x.id for x in got] == [t.id] and got[0].attempt == 2 and got[0].error == ENV
 
-
-@pytest.mark.parametrize(
-    "max_attempts,attempts,retryable",
-    [
-        (3, 1, False),  # attempts left but not retryable
-        (1, 1, True),  # retryable but no attempt left
-        (2, 2, True),  # second and last attempt
-        (2, 2, False),
-    ],
-)
-async def test_fail_branch_c_failed(
-    backend: Any, max_attempts: int, attempts: int, retryable: bool
-) -> None:
-    store = backend.store()
-    t = await claimed(store, worker="w1", max_attempts=max_attempts)
-    for _ in range(attempts - 1):
-        await store.fail(task_id=t.id, worker_id="w1", error={"type": "Earlier"}, retryable=True)
-        [t] = await store.claim(queues=[t.queue], worker_id="w1")
-    assert t.attempt == attempts
-    await store.progress(task_id=t.id, worker_id="w1", progress=0.6, message="m")
-    before = as_dict(await store.get(t.id))
-    t0 = now_ms()
-    r = await store.fail(task_id=t.id, worker_id="w1", error=dict(ENV), retryable=retryable, delay_ms=9_000)
-    t1 = now_ms()
-    assert t0 <= r.completed_at_ms <= t1
-    assert as_dict(r) == expected(
-        before,
-        status="failed",
-        error=ENV,
-        lease_until_ms=None,
-        completed_at_ms=r.completed_at_ms,
-        updated_at_ms=r.completed_at_ms,
-    )
-    assert r.worker_id == "w1" and r.progress == 0.6 and r.message == "m"
-    assert r.run_at_ms == before["run_at_ms"] and r.cancel_requested_at_ms is None
-    assert await store.claim(queues=[t.queue], worker_id="w1") == []
-
-
-@pytest.mark.parametrize("retryable", [True, False])
-async def test_fail_unencodable_error_fallback(backend: Any, retryable: bool) -> None:
-    need_sqlite(backend)
-    store = backend.store()
-    t = await claimed(store, worker="w1", max_attempts=3)
-    bad = {"type": "Boom", "code": 42, "message": "bad thing", "retryable": not retryable, "details": {"s": {1, 2}}}
-    r = await store.fail(task_id=t.id, worker_id="w1", error=bad, retryable=retryable)
-    flag = "true" if retryable else "false"
-    assert raw(backend, t.id)["error"] == (
-        '{"type":"Boom","code":"42","message":"bad thing","retryable":' + flag + ',"details":{}}'
-    )
-    assert r.error == {"type": "Boom", "code": "42", "message": "bad thing", "retryable": retryable, "details": {}}
-    assert r.status == ("queued" if retryable else "failed")
-
-    # missing keys take their defaults; other unencodable values (NaN) too
-    t = await claimed(store, worker="w1", max_attempts=1)
-    r = await store.fail(task_id=t.id, worker_id="w1", error={"extra": float("nan")}, retryable=retryable)
-    assert raw(backend, t.id)["error"] == (
-        '{"type":"TaskError","code":"task_error","message":"","retryable":' + flag + ',"details":{}}'
-    )
-    assert r.status == "failed"
-
-
-async def test_fail_error_stored_as_given(backend: Any) -> None:
-    """A dict envelope is stored as-is (not validated), compact JSON."""
-    need_sqlite(backend)
-    store = backend.store()
-    t = await claimed(store, worker="w1")
-    odd = {"whatever": [1, 2.5], "n": None}
-    await store.fail(task_id=t.id, worker_id="w1", error=odd, retryable=False)
-    assert raw(backend, t.id)["error"] == '{"whatever":[1,2.5],"n":null}'
-
-
-async def test_fail_negative_delay_rejected(backend: Any) -> None:
-    store = backend.store()
+    # a negative delay is refused before anything is written
     t = await claimed(store, worker="w1")
     before = await snapshot(backend, store, t.id)
     with pytest.raises(ValueError):
         await store.fail(task_id=t.id, worker_id="w1", error=dict(ENV), delay_ms=-1)
     assert await snapshot(backend, store, t.id) == before
+
+
+async def test_fail_branch_c_failed(backend: Any) -> None:
+    store = backend.store()
+    cases = [
+        (3, 1, False),  # attempts left but not retryable
+        (1, 1, True),  # retryable but no attempt left
+        (2, 2, True),  # second and last attempt
+        (2, 2, False),
+    ]
+    for max_attempts, attempts, retryable in cases:
+        t = await claimed(store, worker="w1", max_attempts=max_attempts)
+        for _ in range(attempts - 1):
+            await store.fail(task_id=t.id, worker_id="w1", error={"type": "Earlier"}, retryable=True)
+            [t] = await store.claim(queues=[t.queue], worker_id="w1")
+        assert t.attempt == attempts
+        await store.progress(task_id=t.id, worker_id="w1", progress=0.6, message="m")
+        before = as_dict(await store.get(t.id))
+        t0 = now_ms()
+        r = await store.fail(
+            task_id=t.id, worker_id="w1", error=dict(ENV), retryable=retryable, delay_ms=9_000
+        )
+        t1 = now_ms()
+        case = (max_attempts, attempts, retryable)
+        assert t0 <= r.completed_at_ms <= t1, case
+        assert as_dict(r) == expected(
+            before,
+            status="failed",
+            error=ENV,
+            lease_until_ms=None,
+            completed_at_ms=r.completed_at_ms,
+            updated_at_ms=r.completed_at_ms,
+        ), case
+        assert r.worker_id == "w1" and r.progress == 0.6 and r.message == "m"
+        assert r.run_at_ms == before["run_at_ms"] and r.cancel_requested_at_ms is None
+        assert as_dict(r) == as_dict(await store.get(t.id))
+        assert await store.claim(queues=[t.queue], worker_id="w1") == []
+
+
+async def test_fail_unencodable_error_fallback(backend: Any) -> None:
+    """An envelope that cannot be encoded is replaced by the 5-key fallback (§1.2)."""
+    store = backend.store()
+    for retryable in (True, False):
+        flag = "true" if retryable else "false"
+        t = await claimed(store, worker="w1", max_attempts=3)
+        bad = {
+            "type": "Boom",
+            "code": 42,
+            "message": "bad thing",
+            "retryable": not retryable,
+            "details": {"s": {1, 2}},
+        }
+        r = await store.fail(task_id=t.id, worker_id="w1", error=bad, retryable=retryable)
+        fallback = {
+            "type": "Boom", "code": "42", "message": "bad thing", "retryable": retryable, "details": {},
+        }  # fmt: skip
+        assert r.error == fallback and (await store.get(t.id)).error == fallback
+        assert r.status == ("queued" if retryable else "failed")
+        if backend.dialect == "sqlite":
+            assert raw(backend, t.id)["error"] == (
+                '{"type":"Boom","code":"42","message":"bad thing","retryable":' + flag + ',"details":{}}'
+            )
+
+        # missing keys take their defaults; other unencodable values (NaN, bytes) too
+        for odd in ({"extra": float("nan")}, {"type": b"x", "message": "m", "details": b"y"}):
+            t = await claimed(store, worker="w1", max_attempts=1)
+            r = await store.fail(task_id=t.id, worker_id="w1", error=odd, retryable=retryable)
+            want = {
+                "type": str(odd.get("type", "TaskError")),
+                "code": "task_error",
+                "message": str(odd.get("message", "")),
+                "retryable": retryable,
+                "details": {},
+            }
+            assert r.error == want and r.status == "failed", odd
+            if backend.dialect == "sqlite":
+                assert raw(backend, t.id)["error"] == json.dumps(want, separators=(",", ":"))
+
+
+async def test_fail_error_stored_as_given(backend: Any) -> None:
+    """A dict envelope is stored as-is (not validated)."""
+    store = backend.store()
+    t = await claimed(store, worker="w1")
+    odd = {"whatever": [1, 2.5], "n": None}
+    r = await store.fail(task_id=t.id, worker_id="w1", error=odd, retryable=False)
+    assert r.error == odd and (await store.get(t.id)).error == odd
+    if backend.dialect == "sqlite":
+        assert raw(backend, t.id)["error"] == '{"whatever":[1,2.5],"n":null}'
 
 
 # -- invariants over a random sequence -------------------------------------------------------

@@ -1,13 +1,31 @@
-"""The built-in PostgreSQL executor: a psycopg 3 connection pool."""
+"""The built-in PostgreSQL executor: a psycopg 3 connection pool.
+
+Implements the ``PgExecutor`` seam (``$n`` placeholders through psycopg's raw
+cursor, scripts over the simple query protocol, ``transaction()``, ``listen``)
+plus two fast paths the store uses when present: ``_query_raw`` (rows as
+tuples) and ``_write_batch`` (several statements in one transaction, sent in
+pipeline mode: one round trip and one commit for all of them).
+
+jsonb and json come back as text: the store decodes JSON itself (the same
+exact decoder as on SQLite), so the wire-form probe finds text.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import re
-from typing import Any
+from typing import Any, AsyncIterator, Callable, Optional, Sequence
 
-__all__ = ["create_pool_executor", "check_schema_name", "PLAIN_IDENT"]
+from cairnq.store.pg_executor import ListenUnavailable
+
+log = logging.getLogger("cairnq.store")
+
+__all__ = ["create_pool_executor", "check_schema_name", "PLAIN_IDENT", "PoolExecutor"]
 
 PLAIN_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
+_warned_pure_python = False
 
 
 def check_schema_name(schema: str) -> None:
@@ -18,11 +36,194 @@ def check_schema_name(schema: str) -> None:
         )
 
 
-async def create_pool_executor(
-    dsn: str, *, min_size: int = 1, max_size: int = 10, schema: str | None = None
-) -> Any:
-    from cairnq.errors import UnsupportedBackend
+def _import_psycopg() -> Any:
+    try:
+        import psycopg
+        import psycopg_pool  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - exercised without the extra
+        raise RuntimeError(
+            "PostgreSQL support needs psycopg 3 and psycopg-pool: pip install 'cairnq[postgres]'"
+        ) from exc
+    global _warned_pure_python
+    if psycopg.pq.__impl__ == "python" and not _warned_pure_python:
+        _warned_pure_python = True
+        log.warning(
+            "psycopg is running its pure-Python implementation; install psycopg[c] "
+            "(needs libpq-dev) for the C one, which cairnq is tuned for"
+        )
+    return psycopg
 
+
+def _configure_adapters(conn: Any) -> None:
+    from psycopg.adapt import Loader
+
+    class JsonAsText(Loader):
+        def load(self, data: Any) -> str:
+            return bytes(data).decode("utf-8")
+
+    conn.adapters.register_loader("jsonb", JsonAsText)
+    conn.adapters.register_loader("json", JsonAsText)
+
+
+class _Session:
+    """A PgSession over one psycopg connection (inside a transaction)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    async def query(self, text: str, values: Sequence[Any]) -> list[dict[str, Any]]:
+        rows, names = await self._raw(text, values)
+        return [dict(zip(names, row)) for row in rows]
+
+    async def _query_raw(
+        self, text: str, values: Sequence[Any], prepare: bool = True
+    ) -> list[tuple[Any, ...]]:
+        return (await self._raw(text, values, prepare))[0]
+
+    async def _raw(
+        self, text: str, values: Sequence[Any], prepare: bool = True
+    ) -> tuple[list[Any], list[str]]:
+        # prepare=False: the unnamed statement, planned with these very values.
+        cur = self._conn.cursor()
+        await cur.execute(text, values, prepare=None if prepare else False)
+        if cur.description is None:
+            return [], []
+        return await cur.fetchall(), [d.name for d in cur.description]
+
+    async def execute(self, sql: str) -> None:
+        # No parameters and never prepared: the simple query protocol, which
+        # takes several statements (and $$-quoted bodies) at once.
+        await self._conn.execute(sql, prepare=False)
+
+
+class PoolExecutor:
+    """``PgExecutor`` over a ``psycopg_pool.AsyncConnectionPool``."""
+
+    def __init__(self, pool: Any, dsn: str) -> None:
+        self._pool = pool
+        self._dsn = dsn
+
+    @property
+    def pool(self) -> Any:
+        return self._pool
+
+    async def query(self, text: str, values: Sequence[Any]) -> list[dict[str, Any]]:
+        async with self._pool.connection() as conn:
+            return await _Session(conn).query(text, values)
+
+    async def _query_raw(
+        self, text: str, values: Sequence[Any], prepare: bool = True
+    ) -> list[tuple[Any, ...]]:
+        """Rows as tuples. ``prepare=False`` plans the statement with these
+        values instead of reusing a prepared (possibly generic) plan."""
+        async with self._pool.connection() as conn:
+            return await _Session(conn)._query_raw(text, values, prepare)
+
+    async def execute(self, sql: str) -> None:
+        async with self._pool.connection() as conn:
+            await _Session(conn).execute(sql)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[_Session]:
+        async with self._pool.connection() as conn:
+            async with conn.transaction():
+                yield _Session(conn)
+
+    async def _write_batch(
+        self, statements: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[list[tuple[Any, ...]]]:
+        """Run every statement in one transaction, pipelined: one round trip,
+        one commit. Any error aborts (and rolls back) the whole batch."""
+        async with self._pool.connection() as conn:
+            async with conn.transaction():
+                async with conn.pipeline():
+                    cursors = []
+                    for text, values in statements:
+                        cur = conn.cursor()
+                        await cur.execute(text, values)
+                        cursors.append(cur)
+                results = []
+                for cur in cursors:
+                    results.append(await cur.fetchall() if cur.description is not None else [])
+                return results
+
+    async def listen(
+        self,
+        channels: Sequence[str],
+        on_notify: Callable[[str, Optional[str]], None],
+        on_close: Callable[[], None],
+    ) -> Callable[[], None]:
+        psycopg = _import_psycopg()
+        # A connection of its own, outside the pool (channels are database-wide).
+        conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
+        try:
+            for channel in channels:
+                await conn.execute(f'listen "{channel}"')
+        except Exception as exc:
+            await conn.close()
+            raise ListenUnavailable(f"LISTEN is not available here: {exc}") from exc
+
+        stopped = False
+
+        async def consume() -> None:
+            try:
+                async for note in conn.notifies():
+                    on_notify(note.channel, note.payload)
+            except Exception:
+                log.debug("listener connection ended", exc_info=True)
+            finally:
+                if not stopped:
+                    on_close()
+
+        task = asyncio.get_running_loop().create_task(consume())
+
+        def stop() -> None:
+            nonlocal stopped
+            stopped = True
+            task.cancel()
+            asyncio.get_running_loop().create_task(conn.close())
+
+        return stop
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+
+async def create_pool_executor(
+    dsn: str, *, min_size: int = 1, max_size: int = 10, schema: Optional[str] = None
+) -> PoolExecutor:
+    """A pooled executor for ``dsn``; with ``schema``, every connection resolves
+    to that schema (created if absent)."""
     if schema is not None:
         check_schema_name(schema)
-    raise UnsupportedBackend("the PostgreSQL backend is not available in this build yet")
+    psycopg = _import_psycopg()
+    from psycopg_pool import AsyncConnectionPool
+
+    search_path = f'"{schema}"' if schema is not None else None
+
+    async def configure(conn: Any) -> None:
+        _configure_adapters(conn)
+        if search_path is not None:
+            await conn.execute(f"set search_path to {search_path}")
+
+    pool = AsyncConnectionPool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs={
+            "autocommit": True,  # statements outside transactions commit on their own
+            "prepare_threshold": 0,  # the statement set is small and fixed: prepare at once
+            "cursor_factory": psycopg.AsyncRawCursor,  # $n placeholders as written
+        },
+        configure=configure,
+        open=False,
+    )
+    try:
+        await pool.open(wait=True, timeout=30)
+        if schema is not None:
+            async with pool.connection() as conn:
+                await conn.execute(f'create schema if not exists "{schema}"')
+    except BaseException:
+        await pool.close()
+        raise
+    return PoolExecutor(pool, dsn)

@@ -30,6 +30,7 @@ from cairnq.errors import (
     exception_envelope,
 )
 from cairnq.store.base import TaskStore
+from cairnq.worker.completions import Completions
 from cairnq.worker.registry import Registration
 
 __all__ = ["Settings", "run_call", "no_handler"]
@@ -46,21 +47,31 @@ class Settings:
     retry_backoff_max_ms: int
     max_run_ms: Optional[int]
     report: Report
+    completions: Completions
 
 
 class _Timeout:
     """Marker outcome: the call ran past max_run_ms."""
 
 
-async def run_call(settings: Settings, reg: Registration, contexts: list[TaskContext]) -> None:
-    """Run the handler for ``contexts`` and settle every task it left unsettled."""
+async def run_call(
+    settings: Settings,
+    reg: Registration,
+    contexts: list[TaskContext],
+    returned: Callable[[], None],
+) -> None:
+    """Run the handler for ``contexts`` and settle every task it left unsettled.
+    ``returned()`` is called as soon as the handler is done, before settling:
+    the call no longer counts against the worker's concurrency from there."""
     try:
         outcome: Any = await _invoke(settings, reg, contexts)
         raised: Optional[BaseException] = None
     except LostLease:
+        returned()
         return  # we no longer own these tasks: write nothing
     except Exception as exc:  # the handler failed: settled below
         outcome, raised = None, exc
+    returned()
     await _settle(settings, reg, contexts, outcome, raised)
 
 
@@ -158,9 +169,7 @@ async def _complete(settings: Settings, ctx: TaskContext, result: Any) -> None:
     if ctx.lost_lease:
         return
     try:
-        task = await settings.store.complete(
-            task_id=ctx.task_id, worker_id=settings.worker_id, result=result
-        )
+        status = await settings.completions.complete(ctx.task_id, result)
     except SerializationError as exc:
         envelope = error_envelope(
             type="SerializationError",
@@ -173,7 +182,7 @@ async def _complete(settings: Settings, ctx: TaskContext, result: Any) -> None:
     except LostLease:
         ctx._mark_lease_lost()
         return
-    ctx._observe(task)
+    ctx._observe_cancel(status == "canceled")
     ctx._mark_settled()
 
 
@@ -197,8 +206,11 @@ async def _fail(settings: Settings, ctx: TaskContext, envelope: dict[str, Any], 
     ctx._mark_settled()
 
 
-async def no_handler(settings: Settings, contexts: list[TaskContext]) -> None:
+async def no_handler(
+    settings: Settings, contexts: list[TaskContext], returned: Callable[[], None]
+) -> None:
     """A claimed name with no handler (unregistered mid-run): fail it for good."""
+    returned()
     for ctx in contexts:
         envelope = error_envelope(
             type="NoHandler",

@@ -26,6 +26,7 @@ from cairnq.models import TaskDef
 from cairnq.store.base import TaskStore
 from cairnq.worker import lifecycle
 from cairnq.worker.claims import Call, ClaimPlanner
+from cairnq.worker.completions import Completions
 from cairnq.worker.execution import Settings, no_handler, run_call
 from cairnq.worker.heartbeat import Heartbeats
 from cairnq.worker.registry import Handler, Registry
@@ -116,11 +117,13 @@ class Worker:
             retry_backoff_max_ms=retry_backoff_max_ms,
             max_run_ms=max_run_ms,
             report=self._report,
+            completions=Completions(store, self._worker_id),
         )
 
         self._stopping = False
         self._stop_event: asyncio.Event | None = None
-        self._calls: set[asyncio.Task[None]] = set()
+        self._calls: set[asyncio.Task[None]] = set()  # every call, until settled
+        self._running = 0  # calls whose handler has not returned: the concurrency count
         self._call_done: asyncio.Event | None = None
         self._in_use: Counter[str] = Counter()
         self._in_flight_bytes = 0
@@ -266,7 +269,7 @@ class Worker:
         stop = self._stop_event
         assert stop is not None and self._call_done is not None
         while not self._stopping:
-            free = limit - len(self._calls)
+            free = limit - self._running
             if free <= 0 or self._over_byte_budget():
                 self._call_done.clear()
                 await self._first_of(self._call_done.wait(), stop.wait())
@@ -337,15 +340,32 @@ class Worker:
             self._in_use[resource] += 1
         size = self._payload_bytes(tasks)
         self._in_flight_bytes += size
+        self._running += 1
+        returned = self._returned_once()
         if reg is not None:
             assert self._heartbeats is not None
             self._heartbeats.hold(contexts)
-            work = run_call(settings, reg, contexts)
+            work = run_call(settings, reg, contexts, returned)
         else:
-            work = no_handler(settings, contexts)
+            work = no_handler(settings, contexts, returned)
         task = asyncio.get_running_loop().create_task(work)
         self._calls.add(task)
-        task.add_done_callback(lambda t: self._finished(t, contexts, held, size))
+        task.add_done_callback(lambda t: self._finished(t, contexts, held, size, returned))
+
+    def _returned_once(self) -> Callable[[], None]:
+        """The call's "handler is done" signal (its settlement may still be on
+        its way): frees its concurrency slot, once."""
+        pending = True
+
+        def returned() -> None:
+            nonlocal pending
+            if pending:
+                pending = False
+                self._running -= 1
+                if self._call_done is not None:
+                    self._call_done.set()
+
+        return returned
 
     def _finished(
         self,
@@ -353,7 +373,9 @@ class Worker:
         contexts: list[TaskContext],
         held: Sequence[str],
         size: int,
+        returned: Callable[[], None],
     ) -> None:
+        returned()  # in case the call ended before its handler did (cancelled)
         self._calls.discard(task)
         for resource in held:
             self._in_use[resource] -= 1
@@ -363,8 +385,8 @@ class Worker:
                 self._heartbeats.release(ctx)
         if not task.cancelled() and task.exception() is not None:
             self._report(task.exception(), {"phase": "execute", "task_id": contexts[0].task_id})  # type: ignore[arg-type]
-        if self._call_done is not None:
-            self._call_done.set()
+        if held and self._call_done is not None:
+            self._call_done.set()  # its resource units are free again
 
     def _payload_bytes(self, tasks: Sequence[Any]) -> int:
         if self._max_in_flight_bytes is None:

@@ -266,12 +266,16 @@ class SqliteEngine:
         """BEGIN IMMEDIATE ... COMMIT, owning the connection throughout.
 
         Only the BEGIN is retried on SQLITE_BUSY (with the gate released while
-        waiting); a failing body or COMMIT rolls back and raises.
+        waiting); a failing body or COMMIT rolls back and raises. Writes queued
+        for group commit ride along: they run first inside this transaction and
+        are resolved by its COMMIT (one fsync for both), or go back to the queue
+        if the transaction rolls back.
         """
         if self._closing:
             raise StoreClosed()
         await self._begin()
         conn = self.conn
+        riders = self._take_riders()
 
         async def fetch(sql: str, params: Any) -> list[Any]:
             return conn.execute(sql, params).fetchall()
@@ -281,11 +285,42 @@ class SqliteEngine:
             conn.execute("COMMIT")
         except BaseException:
             _rollback(conn)
+            self._writes.extendleft(reversed([w for w, _, _ in riders]))  # not their fault
             raise
         else:
+            for w, rows, error in riders:
+                _settle(w.future, rows, error)
             self._note_commit()
         finally:
             self._release_gate()
+
+    def _take_riders(self) -> list[tuple[_Write, Any, BaseException | None]]:
+        """Run the queued writes inside the transaction just begun."""
+        if not self._writes:
+            return []
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()  # they are taken care of here
+            self._flush_handle = None
+        batch = [w for w in self._writes if not w.future.cancelled()]
+        self._writes.clear()
+        conn = self.conn
+        done: list[tuple[_Write, Any, BaseException | None]] = []
+        for i, w in enumerate(batch):
+            try:
+                done.append((w, conn.execute(w.sql, w.params).fetchall(), None))
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    done.append((w, None, exc))  # only this caller fails
+                    continue
+                # The statement took the transaction down: it fails, the others
+                # (rolled back with it) go back to the queue, and so does the
+                # transaction's own work: the caller sees the error.
+                _settle(w.future, exc=exc)
+                self._writes.extend(x for x, _, _ in done)
+                self._writes.extend(batch[i + 1 :])
+                self._release_gate()
+                raise
+        return done
 
     async def _begin(self) -> None:
         policy: BusyPolicy | None = None

@@ -1,15 +1,21 @@
 -- Draw up to :limit due tasks of one queue whose name is in :names (two or
 -- more). An array-valued name filter cannot be read in claim order from any
--- index, so each name takes its own best :limit rows with an ordered scan of
--- cairnq_tasks_claim_name_idx (LATERAL), and only those candidates are merged:
+-- index, so each name takes its own best :limit rows (LATERAL, an ordered
+-- scan of cairnq_tasks_claim_name_idx), and only those candidates are merged:
 -- the overall winners are always among them.
+--
+-- The store plans this statement per call with its actual parameters (never
+-- from a cached generic plan): which index is cheapest depends on how the
+-- backlog is spread over names. The ORDER BY spells out the whole key of the
+-- index that serves it (the leading columns are pinned by equalities, so it is
+-- claim order), and the outer update looks the picked ids up by primary key.
 update cairnq_tasks t
 set status = 'running',
     worker_id = :worker_id,
     lease_until_ms = (extract(epoch from clock_timestamp()) * 1000)::bigint + :lease_ms,
     attempt = t.attempt + 1,
     updated_at_ms = (extract(epoch from clock_timestamp()) * 1000)::bigint
-from (
+where t.id = any(array(
     select c.id
     from unnest(:names::text[]) as n (name)
     cross join lateral (
@@ -19,12 +25,11 @@ from (
           and status = 'queued'
           and name = n.name
           and run_at_ms <= (extract(epoch from clock_timestamp()) * 1000)::bigint
-        order by priority desc, run_at_ms, id
+        order by queue, status, name, priority desc, run_at_ms, id
         limit :limit
         for update skip locked
     ) as c
     order by c.priority desc, c.run_at_ms, c.id
     limit :limit
-) as picked
-where t.id = picked.id
+))
 returning t.*

@@ -2,18 +2,16 @@
 -- is due, or when any lease anywhere has expired (not filtered: recovering a
 -- dead worker's tasks is every claimer's job). Two EXISTS so each arm reaches
 -- its own index; the clock is read once, in a sub-select, so it can bound the
--- index scans.
+-- index scans. The store plans it per call with its actual parameters: for a
+-- name with nothing queued the planner then seeks cairnq_tasks_name_idx
+-- instead of walking the backlog of the names that have work.
 select exists (
            select 1
-           from unnest(:queues::text[]) as q (queue)
-           cross join unnest(:names::text[]) as n (name)
-           where exists (
-               select 1 from cairnq_tasks t
-               where t.queue = q.queue
-                 and t.status = 'queued'
-                 and t.name = n.name
-                 and t.run_at_ms <= (select (extract(epoch from clock_timestamp()) * 1000)::bigint)
-           )
+           from cairnq_tasks
+           where queue = any(:queues::text[])
+             and status = 'queued'
+             and name = any(:names::text[])
+             and run_at_ms <= (select (extract(epoch from clock_timestamp()) * 1000)::bigint)
        )
     or exists (
            select 1 from cairnq_tasks

@@ -1,13 +1,11 @@
--- claimable_probe for a caller that takes any task name.
+-- claimable_probe for a caller that takes any task name (planned per call, as
+-- claimable_probe).
 select exists (
            select 1
-           from unnest(:queues::text[]) as q (queue)
-           where exists (
-               select 1 from cairnq_tasks t
-               where t.queue = q.queue
-                 and t.status = 'queued'
-                 and t.run_at_ms <= (select (extract(epoch from clock_timestamp()) * 1000)::bigint)
-           )
+           from cairnq_tasks
+           where queue = any(:queues::text[])
+             and status = 'queued'
+             and run_at_ms <= (select (extract(epoch from clock_timestamp()) * 1000)::bigint)
        )
     or exists (
            select 1 from cairnq_tasks

@@ -1,0 +1,160 @@
+"""LISTEN/NOTIFY wakeups: one listening connection per store.
+
+``cairnq_queued`` (payload: queue) and ``cairnq_done`` (payload: task id) are
+raised by the 0003 trigger for every writer, whatever its SDK. Notifications
+only shorten sleeps; correctness never depends on them. The connection is
+started in the background and re-established with backoff (1 s doubling to
+30 s) when it drops; an executor that can never LISTEN (no ``listen``, or
+``ListenUnavailable``) leaves the store a plain poller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable, Iterable, Optional
+
+from cairnq.store.pg_executor import ListenUnavailable
+
+log = logging.getLogger("cairnq.store")
+
+__all__ = ["Listener", "QUEUED_CHANNEL", "DONE_CHANNEL", "LISTENER_RETRY_MS", "LISTENER_RETRY_MAX_MS"]
+
+QUEUED_CHANNEL = "cairnq_queued"
+DONE_CHANNEL = "cairnq_done"
+LISTENER_RETRY_MS = 1_000
+LISTENER_RETRY_MAX_MS = 30_000
+
+
+class Listener:
+    def __init__(self, executor: Any, dsn: Optional[str]) -> None:
+        self._executor = executor
+        self._listen = getattr(executor, "listen", None)
+        self._disabled = self._listen is None
+        self._connected = False
+        self._stop: Optional[Callable[[], None]] = None
+        self._task: Optional[asyncio.Task[None]] = None
+        self._retry_ms = LISTENER_RETRY_MS
+        self._closed = False
+        self._queues: set[str] = set()
+        self._pending_queues: set[str] = set()
+        self._queued_waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._done_waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._subscribers: list[Callable[[str, Optional[str]], None]] = []
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    def start(self) -> None:
+        if self._disabled or self._closed:
+            return
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def stop(self) -> None:
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+        if self._stop is not None:
+            self._stop()
+            self._stop = None
+        self._connected = False
+        self._release_all()
+
+    def watch_queues(self, queues: Iterable[str]) -> None:
+        self._queues.update(queues)
+
+    def subscribe(self, callback: Callable[[str, Optional[str]], None]) -> Callable[[], None]:
+        self._subscribers.append(callback)
+        return lambda: self._subscribers.remove(callback) if callback in self._subscribers else None
+
+    async def _run(self) -> None:
+        while not self._closed:
+            try:
+                assert self._listen is not None
+                self._stop = await self._listen(
+                    [QUEUED_CHANNEL, DONE_CHANNEL], self._on_notify, self._on_close
+                )
+            except ListenUnavailable as exc:
+                log.info("LISTEN unavailable, polling only: %s", exc)
+                self._disabled = True
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug("listener connect failed, retrying in %d ms: %s", self._retry_ms, exc)
+                await asyncio.sleep(self._retry_ms / 1000)
+                self._retry_ms = min(self._retry_ms * 2, LISTENER_RETRY_MAX_MS)
+                continue
+            self._retry_ms = LISTENER_RETRY_MS
+            self._connected = True
+            return
+
+    def _on_close(self) -> None:
+        self._connected = False
+        self._stop = None
+        self._release_all()  # waiters fall back to polling, re-armed on the next wake
+
+    def _on_notify(self, channel: str, payload: Optional[str]) -> None:
+        if channel == QUEUED_CHANNEL and payload is not None:
+            if payload in self._queues:
+                self._pending_queues.add(payload)
+                for waiter in self._queued_waiters.pop(payload, ()):
+                    _wake(waiter)
+        elif channel == DONE_CHANNEL and payload is not None:
+            for waiter in self._done_waiters.pop(payload, ()):
+                _wake(waiter)
+        for callback in list(self._subscribers):
+            try:
+                callback(channel, payload)
+            except Exception:
+                log.debug("watch subscriber raised", exc_info=True)
+
+    def _release_all(self) -> None:
+        for waiters in (*self._queued_waiters.values(), *self._done_waiters.values()):
+            for waiter in waiters:
+                _wake(waiter)
+        self._queued_waiters.clear()
+        self._done_waiters.clear()
+
+    async def wait_queued(self, queues: Iterable[str], timeout_s: float) -> None:
+        queues = list(queues)
+        self._queues.update(queues)
+        # A notification that arrived between polls counts: consume it now.
+        if any(q in self._pending_queues for q in queues):
+            self._pending_queues.difference_update(queues)
+            return
+        await self._wait(self._queued_waiters, queues, timeout_s)
+        self._pending_queues.difference_update(queues)
+
+    async def wait_done(self, task_id: str, timeout_s: float) -> None:
+        await self._wait(self._done_waiters, [task_id], timeout_s)
+
+    async def _wait(
+        self, table: dict[str, set[asyncio.Future[None]]], keys: list[str], timeout_s: float
+    ) -> None:
+        if not self._connected:
+            self.start()  # not up (yet): this wait is a plain sleep
+            await asyncio.sleep(timeout_s)
+            return
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        for key in keys:
+            table.setdefault(key, set()).add(waiter)
+        timer = loop.call_later(timeout_s, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            for key in keys:
+                waiters = table.get(key)
+                if waiters is not None:
+                    waiters.discard(waiter)
+                    if not waiters:
+                        del table[key]
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -1,0 +1,262 @@
+"""``PostgresStore``: the same operations on PostgreSQL, for many hosts.
+
+Differences from SQLite, all below the TaskStore seam: times come from the
+database clock inside the statements; claims lock with FOR UPDATE SKIP LOCKED;
+keyed operations serialize on an advisory lock every SDK computes the same
+way; LISTEN/NOTIFY shortens idle waits; and concurrent writes are grouped into
+one pipelined transaction (one round trip, one WAL flush) by ``PgWriteBatcher``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Optional
+
+from cairnq._sql import Statement, load_migrations, load_statements
+from cairnq.errors import SchemaMismatch, SerializationError
+from cairnq.store.base import Fetch, TaskStore, check_protocol_version
+from cairnq.store.pg_pool import check_schema_name, create_pool_executor
+from cairnq.store.postgres.batcher import PgWriteBatcher
+from cairnq.store.postgres.listener import DONE_CHANNEL, QUEUED_CHANNEL, Listener
+from cairnq.store.postgres.params import positional_statement
+from cairnq.store.postgres.rows import rows_of as _rows_of
+
+log = logging.getLogger("cairnq.store")
+
+__all__ = ["PostgresStore"]
+
+
+# Statements whose best plan depends on the data (how the backlog is spread
+# over names and queues): planned per call with their actual parameters
+# rather than from a cached generic plan, when the executor can (ours can).
+PLANNED_PER_CALL = frozenset(
+    (
+        "claimable_probe",
+        "claimable_probe_any_name",
+        "claim",
+        "claim_any_name",
+        "claim_one_name",
+        "claim_one_queue",
+        "claim_one_queue_any_name",
+        "claim_one_queue_one_name",
+    )
+)
+
+
+class PostgresStore(TaskStore):
+    """Tasks in PostgreSQL. ``source``: a DSN (the store builds and owns a
+    psycopg pool) or any ``PgExecutor`` (used as is, never closed)."""
+
+    AVAILABLE = True
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        schema: Optional[str] = None,
+    ) -> None:
+        if schema is not None:
+            check_schema_name(schema)
+        self.source = source
+        self.min_size = min_size
+        self.max_size = max_size
+        self.schema = schema
+        self._statements = load_statements("postgres")
+        self._positional: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
+        self._executor: Any = None
+        self._owns_executor = isinstance(source, str)
+        self._rows: Any = None
+        self._writes: PgWriteBatcher | None = None
+        self._listener: Listener | None = None
+        self._connect_lock: asyncio.Lock | None = None
+        self._wakeable: set[str] = set()
+
+    def __repr__(self) -> str:
+        where = "executor" if not isinstance(self.source, str) else "dsn"
+        return f"PostgresStore({where}, schema={self.schema!r})"
+
+    # -- lifecycle ---------------------------------------------------------
+
+    async def connect(self) -> None:
+        await self._connected()
+
+    async def _connected(self) -> Any:
+        if self._executor is not None:
+            return self._executor
+        if self._connect_lock is None:
+            self._connect_lock = asyncio.Lock()
+        async with self._connect_lock:
+            if self._executor is not None:
+                return self._executor
+            if self._owns_executor:
+                executor = await create_pool_executor(
+                    self.source, min_size=self.min_size, max_size=self.max_size, schema=self.schema
+                )
+            else:
+                executor = self.source
+            try:
+                await self._guard_schema(executor)
+                await self._migrate(executor)
+                rows = await _rows_of(executor)(self._sql("protocol_version"), [])
+                check_protocol_version(int(rows[0][0]) if rows else 0)
+                probe = await _rows_of(executor)(self._sql("json_wire_probe"), [])
+                self._json_is_text = probe[0][0] == '"cairnq"'
+            except BaseException:
+                if self._owns_executor:
+                    await executor.close()
+                raise
+            self._rows = _rows_of(executor)
+            self._writes = PgWriteBatcher(executor, self._rows)
+            self._listener = Listener(executor, self._dsn_for_listen())
+            self._listener.start()
+            self._executor = executor
+        self._start_sweeper()
+        return executor
+
+    def _dsn_for_listen(self) -> Optional[str]:
+        return self.source if isinstance(self.source, str) else None
+
+    async def _guard_schema(self, executor: Any) -> None:
+        rows = await _rows_of(executor)(self._sql("installations"), [])
+        current = rows[0][0] if rows else None
+        found = [r[1] for r in rows if r[1] is not None]
+        if self.schema is not None:
+            if current != self.schema:
+                raise SchemaMismatch(
+                    f"connection resolves to schema {current!r}, but schema={self.schema!r} was asked for"
+                )
+            return
+        if current is None or not found or current in found:
+            return
+        listed = ", ".join(repr(s) for s in found)
+        raise SchemaMismatch(
+            f"cairnq is installed in schema(s) {listed}, but this connection resolves to "
+            f"{current!r}; pass schema=... or fix the search_path"
+        )
+
+    async def _migrate(self, executor: Any) -> None:
+        await executor.execute(self._statements["migrations_ledger"].text)
+        applied = []
+        for migration in load_migrations("postgres"):
+            async with executor.transaction() as session:
+                await session.execute(self._statements["migrations_lock"].text)
+                text, _ = self._positional_for("migration_applied")
+                if not await session.query(text, [migration.name]):
+                    await session.execute(migration.script)
+                    text, _ = self._positional_for("record_migration")
+                    await session.query(text, [migration.name])
+                    applied.append(migration.name)
+        if applied:
+            log.info("applied migrations: %s", ", ".join(applied))
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            await self._sweeper.stop()
+        executor, self._executor = self._executor, None
+        if self._listener is not None:
+            self._listener.stop()
+            self._listener = None
+        if self._writes is not None:
+            await self._writes.drain()
+            self._writes = None
+        if executor is not None and self._owns_executor:
+            await executor.close()
+
+    async def protocol_version(self) -> int:
+        rows = await self._fetch("protocol_version", {})
+        return int(rows[0][0]) if rows else 0
+
+    # -- statements ----------------------------------------------------------
+
+    def _sql(self, name: str) -> str:
+        return self._positional_for(name)[0]
+
+    def _positional_for(self, name: str, sql: Optional[str] = None) -> tuple[str, tuple[str, ...]]:
+        stmt: Statement = self._statements[name]
+        text = sql if sql is not None else stmt.text
+        key = (name, text)
+        found = self._positional.get(key)
+        if found is None:
+            found = self._positional[key] = positional_statement(text)
+        return found
+
+    def _bind(self, name: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
+        stmt = self._statements[name]
+        sql = stmt.specialize(params) if stmt.filters else None
+        text, names = self._positional_for(name, sql)
+        return text, [params[n] for n in names]
+
+    def _encode(self, value: Any) -> str:
+        text = super()._encode(value)
+        if "\\u0000" in text:
+            # jsonb cannot hold NUL in strings; refuse here, clearly, not on the server.
+            raise SerializationError("PostgreSQL jsonb cannot store NUL (\\u0000) characters in strings")
+        return text
+
+    # -- the driver seam ---------------------------------------------------------
+
+    async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
+        if self._executor is None:
+            await self._connected()
+        text, values = self._bind(name, params)
+        if self._statements[name].is_read:
+            return await self._rows(text, values, name not in PLANNED_PER_CALL)  # type: ignore[no-any-return]
+        assert self._writes is not None
+        return await self._writes.write(text, values)
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Fetch]:
+        async with self._transaction_with_session() as (fetch, _session):
+            yield fetch
+
+    @asynccontextmanager
+    async def _transaction_with_session(self) -> AsyncIterator[tuple[Fetch, Any]]:
+        executor = self._executor or await self._connected()
+        async with executor.transaction() as session:
+            rows_of = _rows_of(session)
+
+            async def fetch(name: str, params: dict[str, Any]) -> list[Any]:
+                text, values = self._bind(name, params)
+                return await rows_of(text, values, name not in PLANNED_PER_CALL)  # type: ignore[no-any-return]
+
+            yield fetch, session
+
+    # -- push wakeups ----------------------------------------------------------------
+
+    def _register_wakeable(self, queues: Any) -> None:
+        self._wakeable.update(queues)
+        if self._listener is not None:
+            self._listener.watch_queues(queues)
+
+    async def claim_wake(self, queues: list[str], timeout_ms: int) -> None:
+        listener = self._listener
+        if listener is None:
+            await asyncio.sleep(timeout_ms / 1000)
+            return
+        await listener.wait_queued(queues, timeout_ms / 1000)
+
+    async def task_done_wake(self, task_id: str, timeout_ms: int) -> None:
+        listener = self._listener
+        if listener is None:
+            await asyncio.sleep(timeout_ms / 1000)
+            return
+        await listener.wait_done(task_id, timeout_ms / 1000)
+
+    async def _watch_push(self, emit: Any) -> Any:
+        from cairnq.watch import WatchSignal
+
+        await self._connected()
+        if self._listener is None:
+            return None
+
+        def forward(channel: str, payload: Optional[str]) -> None:
+            if channel == QUEUED_CHANNEL:
+                emit(WatchSignal("queued", queue=payload))
+            elif channel == DONE_CHANNEL:
+                emit(WatchSignal("done", task_id=payload))
+
+        return self._listener.subscribe(forward)

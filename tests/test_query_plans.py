@@ -1,0 +1,140 @@
+"""The query plans the statements rely on, pinned with EXPLAIN.
+
+A claim or a probe that falls back to walking the backlog still returns the
+right rows, so only its plan shows the regression. These tests build a skewed
+table (a deep backlog of one name in one queue, a few running tasks, finished
+ones) with fresh planner statistics, and assert which index each hot
+statement reads. On PostgreSQL both a custom and a generic plan are checked:
+prepared statements switch to the generic one after a few executions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from typing import Any
+
+import pytest
+
+from cairnq import CairnQ
+from cairnq._sql import load_statements
+from cairnq.store.postgres.params import positional_statement
+
+BACKLOG = 3_000
+PG_BACKLOG = 20_000  # Postgres plans depend on table size; make it look like production
+
+# statement -> index it must search (SQLite EXPLAIN QUERY PLAN detail text).
+SQLITE_EXPECT: dict[str, list[str]] = {
+    "claim_one_queue_one_name": ["cairnq_tasks_claim_name_idx (queue=? AND status=? AND name=?)"],
+    "claim_one_queue_any_name": ["cairnq_tasks_claim_idx (queue=? AND status=?)"],
+    "claim_one_queue": ["cairnq_tasks_claim_name_idx (queue=? AND status=? AND name=?)"],
+    "claim_one_name": ["cairnq_tasks_claim_name_idx (queue=? AND status=? AND name=?)"],
+    "claim": ["cairnq_tasks_claim_name_idx (queue=? AND status=? AND name=?)"],
+    "claim_any_name": ["(queue=? AND status=?)"],
+    "claimable_probe": ["cairnq_tasks_claim_name_idx (queue=? AND status=? AND name=?)", "cairnq_tasks_lease_idx"],
+    "claimable_probe_any_name": ["(queue=? AND status=?)", "cairnq_tasks_lease_idx"],
+    "recover_leases": ["cairnq_tasks_lease_idx"],
+    "heartbeat_batch": ["sqlite_autoindex_cairnq_tasks_1 (id=?)"],
+    "complete_many": ["sqlite_autoindex_cairnq_tasks_1 (id=?)"],
+    "heartbeat": ["sqlite_autoindex_cairnq_tasks_1 (id=?)"],
+    "complete": ["sqlite_autoindex_cairnq_tasks_1 (id=?)"],
+    "fail": ["sqlite_autoindex_cairnq_tasks_1 (id=?)"],
+    "get": ["sqlite_autoindex_cairnq_tasks_1 (id=?)"],
+    "get_status": ["sqlite_autoindex_cairnq_tasks_1 (id=?)"],
+    "queue_depth": ["(queue=? AND status=?)"],
+}  # fmt: skip
+
+# Postgres: statements the store plans per call, run for names and queues with
+# nothing due against a deep backlog of another name: each must touch a
+# handful of pages, not walk the backlog (which is hundreds of pages).
+PG_IDLE = [
+    "claim_one_queue_one_name", "claim_one_queue", "claim_one_name", "claim",
+    "claim_any_name", "claimable_probe", "claimable_probe_any_name", "recover_leases",
+]  # fmt: skip
+PG_PAGE_BUDGET = 40
+
+
+def _params(now: int) -> dict[str, Any]:
+    return {
+        "queues": ["default", "other"], "queue": "default", "names": ["busy", "idle"], "name": "idle",
+        "worker_id": "w", "lease_ms": 30_000, "lease_until_ms": now + 30_000, "now_ms": now,
+        "limit": 64, "ids": ["task_a", "task_b"], "id": "task_a", "result": None, "message": None,
+        "progress": None, "error": "{}", "retryable": True, "delay_ms": 0, "max_depth": 100,
+        "lease_expired_error": "{}",
+    }  # fmt: skip
+
+
+async def _fill(q: CairnQ) -> None:
+    for start in range(0, BACKLOG, 500):
+        await asyncio.gather(*(q.submit("busy", {"i": i}) for i in range(start, start + 500)))
+    store = q.store
+    running = await store.claim(queues=["default"], worker_id="w", limit=20, names=["busy"])
+    for task in running[:10]:
+        await store.complete(task_id=task.id, worker_id="w", result=None)
+
+
+async def test_sqlite_plans(sqlite_backend) -> None:
+    q = sqlite_backend.client()
+    await _fill(q)
+    await q.close()
+    await q.connect()  # reopening refreshes the planner statistics
+    statements = load_statements("sqlite")
+    conn = sqlite3.connect(sqlite_backend.target)
+    params = _params(int(time.time() * 1000))
+    for key in ("queues", "names", "ids"):
+        params[key] = json.dumps(params[key])
+    problems = []
+    for name, wanted in SQLITE_EXPECT.items():
+        plan = [row[3] for row in conn.execute("explain query plan " + statements[name].text, params)]
+        text = " | ".join(plan)
+        for needle in wanted:
+            if needle not in text:
+                problems.append(f"{name}: expected {needle!r} in plan: {text}")
+        if "SCAN cairnq_tasks" in text or "ANY(queue)" in text:
+            problems.append(f"{name}: walks the table: {text}")
+        if name.startswith(("claim_one_queue_one_name", "claim_one_queue_any_name")) and "TEMP B-TREE" in text:
+            problems.append(f"{name}: sorts instead of reading in claim order: {text}")
+    conn.close()
+    assert not problems, "\n".join(problems)
+
+
+async def test_postgres_idle_draws_do_not_walk_the_backlog(backend) -> None:
+    if backend.dialect != "postgres":
+        pytest.skip("PostgreSQL plans")
+    import psycopg
+
+    q = backend.client()
+    await _fill(q)
+    statements = load_statements("postgres")
+    params = _params(0)
+    params.update(queues=["empty", "other"], queue="empty", names=["idle", "idle2"], name="idle")
+    problems = []
+    with psycopg.connect(backend.target, autocommit=True) as conn:
+        conn.execute(  # the rest of the backlog, quickly: same name, same queue
+            "insert into cairnq_tasks (id, name, queue, status, payload, run_at_ms, created_at_ms, updated_at_ms)"
+            " select 'task_bulk_' || g, 'busy', 'default', 'queued', '{}', 1, 1, 1"
+            " from generate_series(1, %s) as g",
+            [PG_BACKLOG - BACKLOG],
+        )
+        conn.execute("analyze cairnq_tasks")
+        for name in PG_IDLE:
+            scenarios = [("empty queue", {})]
+            if "any_name" not in name and name != "recover_leases":  # these take any name
+                scenarios.append(("idle name", {"queues": ["default"], "queue": "default"}))
+            for label, overrides in scenarios:
+                values = dict(params, **overrides)
+                text, names = positional_statement(statements[name].text)
+                cur = psycopg.RawCursor(conn)
+                conn.execute("begin")
+                try:
+                    # prepare=False: planned with these values, as the store runs it
+                    cur.execute("explain (analyze, buffers, format json) " + text, [values[n] for n in names], prepare=False)
+                    plan = cur.fetchone()[0][0]["Plan"]
+                finally:
+                    conn.execute("rollback")
+                pages = plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
+                if pages > PG_PAGE_BUDGET:
+                    problems.append(f"{name} ({label}): touched {pages} pages:\n{json.dumps(plan, indent=1)[:3000]}")
+    assert not problems, "\n\n".join(problems)
