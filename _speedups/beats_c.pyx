@@ -23,9 +23,10 @@ def encode_ids(ids):
 def decode_beats(rows):
     """``{task_id: cancel_requested}`` for the renewed rows."""
     cdef dict out = {}
+    cdef tuple pair
     for row in rows:
-        if type(row) is tuple and len(<tuple>row) == 2:
-            out[<object>PyTuple_GET_ITEM(row, 0)] = <object>PyTuple_GET_ITEM(row, 1) is not None
-        else:
-            out[row[0]] = row[1] is not None
+        pair = row if type(row) is tuple else tuple(row)
+        if len(pair) < 2:
+            raise IndexError("tuple index out of range")  # as the twin's row[1] would
+        out[<object>PyTuple_GET_ITEM(pair, 0)] = <object>PyTuple_GET_ITEM(pair, 1) is not None
     return out

@@ -10,6 +10,8 @@ from cpython.unicode cimport PyUnicode_DecodeASCII
 import os
 import time
 
+from cairnq._speedups.ids import encode_ulid as _twin
+
 cdef object _urandom = os.urandom
 cdef object _time = time.time
 cdef const char* _ALPHABET = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -21,12 +23,14 @@ def new_ulid(ts_ms=None):
     return encode_ulid(ts_ms, _urandom(10))
 
 
-def encode_ulid(long long ts, bytes rnd):
+def encode_ulid(ts, rnd):
     """The 26 digits for a millisecond timestamp and 10 random bytes."""
-    if not 0 <= ts < (1 << 48):
-        raise ValueError(f"ULID timestamp out of range: {ts}")
-    if len(rnd) != 10:
-        raise ValueError("a ULID takes exactly 10 random bytes")
+    if not (type(ts) is int and 0 <= ts < (1 << 48) and type(rnd) is bytes and len(<bytes>rnd) == 10):
+        return _twin(ts, rnd)  # other types, or out of range: the twin's answer or error
+    return _encode(ts, rnd)
+
+
+cdef str _encode(long long ts, bytes rnd):
     cdef const unsigned char* r = <const unsigned char*>PyBytes_AS_STRING(rnd)
     # value = ts (48 bits) . r[0..9] (80 bits) = hi (64 bits) . lo (64 bits)
     cdef uint64_t hi = (<uint64_t>ts << 16) | (<uint64_t>r[0] << 8) | r[1]

@@ -63,10 +63,13 @@ cdef object _decode(object row, bint json_is_text):
     cdef Py_ssize_t j, i
     cdef object value
     cdef int kind
-    cdef bint fast = type(row) is tuple and PyTuple_GET_SIZE(row) == 23
+    if type(row) is not tuple:
+        row = tuple(row)  # lists, driver row types: one copy, then the fast path
+    if PyTuple_GET_SIZE(row) < 23:
+        raise IndexError("tuple index out of range")  # as the twin's row[i] would
     for j in range(23):
         i = _ORDER[j]
-        value = <object>PyTuple_GET_ITEM(row, i) if fast else row[i]
+        value = <object>PyTuple_GET_ITEM(row, i)
         kind = _KINDS[i]
         if kind == 1:
             value = _json(value, json_is_text)

@@ -555,7 +555,7 @@ async def test_claim_wake_woken_by_another_stores_submit(pg):
     start = time.monotonic()
     await submitter.submit(name="w", queue="q")
     await wait
-    assert time.monotonic() - start < 0.25
+    assert time.monotonic() - start < 0.3
 
     # a notification between waits is buffered for the next one, then consumed
     await submitter.submit(name="w", queue="q")
@@ -569,7 +569,7 @@ async def test_claim_wake_woken_by_another_stores_submit(pg):
     start = time.monotonic()
     await submitter.submit(name="w", queue="q2")
     await wait
-    assert time.monotonic() - start < 0.25
+    assert time.monotonic() - start < 0.3
 
 
 async def test_task_done_wake_woken_by_another_store(pg):
@@ -590,7 +590,7 @@ async def test_task_done_wake_woken_by_another_store(pg):
     start = time.monotonic()
     await other.complete(task_id=done.id, worker_id="w_other", result=1)
     await wait
-    assert time.monotonic() - start < 0.25
+    assert time.monotonic() - start < 0.3
 
     queued = await other.submit(name="d", queue="dq2")
     wait = asyncio.ensure_future(waiter_store.task_done_wake(queued.id, 5000))
@@ -598,7 +598,7 @@ async def test_task_done_wake_woken_by_another_store(pg):
     start = time.monotonic()
     await other.cancel(queued.id)
     await wait
-    assert time.monotonic() - start < 0.25
+    assert time.monotonic() - start < 0.3
 
 
 async def test_worker_with_long_poll_interval_picks_up_at_once_when_listening(pg):
@@ -733,7 +733,7 @@ async def test_killed_listener_releases_waiters_and_is_reestablished(pg):
     start = time.monotonic()
     await submitter.submit(name="k", queue="kq")
     await wait
-    assert time.monotonic() - start < 0.25
+    assert time.monotonic() - start < 0.3
 
 
 # ---------------------------------------------------------------------------
@@ -1147,7 +1147,11 @@ async def _twice(op: Callable[[], Any]) -> Any:
     try:
         return await op()
     except psycopg.OperationalError:
+        pass
+    try:
         return await op()
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"the store did not recover: the second operation after the kill failed too: {exc!r}")
 
 
 async def test_store_recovers_after_its_backends_are_terminated(pg):

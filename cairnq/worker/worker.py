@@ -240,19 +240,23 @@ class Worker:
     async def run(self, *, concurrency: Optional[int] = None) -> None:
         """Claim and run tasks until ``stop()``. Connects the store; never closes it."""
         limit = max(1, concurrency or self._concurrency)
-        self._stopping = False
+        # A stop() that came before this run started (background() whose body
+        # never yielded, say) still counts: the flag is cleared on the way out.
         self._stop_event = asyncio.Event()
+        if self._stopping:
+            self._stop_event.set()
         self._call_done = asyncio.Event()
         self._heartbeats = Heartbeats(
             self._store, self._worker_id, self._lease_ms, self._heartbeat_interval_ms, self._report
         )
-        await self._store.connect()
         try:
+            await self._store.connect()
             await self._poll_loop(limit)
         finally:
             if self._calls:
                 await asyncio.gather(*self._calls, return_exceptions=True)
             await self._heartbeats.stop()
+            self._stopping = False  # the worker can run again
 
     def serve(self, *, concurrency: Optional[int] = None) -> None:
         """Run in this process until SIGINT/SIGTERM (the first drains, a second
@@ -385,8 +389,8 @@ class Worker:
                 self._heartbeats.release(ctx)
         if not task.cancelled() and task.exception() is not None:
             self._report(task.exception(), {"phase": "execute", "task_id": contexts[0].task_id})  # type: ignore[arg-type]
-        if held and self._call_done is not None:
-            self._call_done.set()  # its resource units are free again
+        if (held or size) and self._call_done is not None:
+            self._call_done.set()  # its resource units or payload bytes are free again
 
     def _payload_bytes(self, tasks: Sequence[Any]) -> int:
         if self._max_in_flight_bytes is None:

@@ -1,0 +1,312 @@
+"""Workloads for the side-by-side comparison, public API only.
+
+Run by ``bench/compare.py`` under two interpreters (ours, and the reference
+SDK's virtualenv), so whichever ``cairnq`` the interpreter has is measured:
+
+    python -I bench/workloads.py <workload> <sqlite|postgres> <path-or-dsn> [json-options]
+
+Prints one JSON object: {"value": ..., "unit": ..., ...}. Every workload gets
+a fresh database from the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+DEFAULTS = {
+    "submit_n": 2_000,
+    "concurrent_n": 10_000,
+    "get_n": 5_000,
+    "cancel_n": 1_000,
+    "purge_n": 5_000,
+    "drain_n": 5_000,
+    "backlog": 20_000,
+    "claims": 300,
+    "calls": 100,
+    "e2e_seconds": 5.0,
+    "limit_n": 2_000,
+}
+
+
+def _client(dialect: str, target: str) -> Any:
+    from cairnq import CairnQ
+
+    return CairnQ.sqlite(target) if dialect == "sqlite" else CairnQ.postgres(target)
+
+
+def _worker(dialect: str, target: str, **kwargs: Any) -> Any:
+    from cairnq import Worker
+
+    if dialect == "sqlite":
+        return Worker.sqlite(target, **kwargs)
+    return Worker.postgres(target, **kwargs)
+
+
+async def _submit_many(q: Any, n: int, name: str = "noop", lanes: int = 64) -> None:
+    async def lane(k: int) -> None:
+        for i in range(k, n, lanes):
+            await q.submit(name, {"i": i})
+
+    await asyncio.gather(*(lane(k) for k in range(lanes)))
+
+
+# -- client operations -----------------------------------------------------------
+
+
+async def submit_seq(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    async with _client(dialect, target) as q:
+        await q.submit("warm")
+        n = o["submit_n"]
+        started = time.perf_counter()
+        for i in range(n):
+            await q.submit("noop", {"i": i})
+        return {"value": n / (time.perf_counter() - started), "unit": "submits/s"}
+
+
+async def submit_concurrent(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    async with _client(dialect, target) as q:
+        await q.submit("warm")
+        n = o["concurrent_n"]
+        started = time.perf_counter()
+        await _submit_many(q, n, lanes=64)
+        return {"value": n / (time.perf_counter() - started), "unit": "submits/s (64 in flight)"}
+
+
+async def get(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    async with _client(dialect, target) as q:
+        task = await q.submit("noop", {"payload": "x" * 100})
+        n = o["get_n"]
+        started = time.perf_counter()
+        for _ in range(n):
+            await q.get(task.id)
+        return {"value": n / (time.perf_counter() - started), "unit": "gets/s"}
+
+
+async def cancel(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    async with _client(dialect, target) as q:
+        n = o["cancel_n"]
+        ids = [(await q.submit("noop")).id for _ in range(n)]
+        started = time.perf_counter()
+        for task_id in ids:
+            await q.cancel(task_id)
+        return {"value": n / (time.perf_counter() - started), "unit": "cancels/s"}
+
+
+async def purge(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    async with _client(dialect, target) as q:
+        n = o["purge_n"]
+        await _submit_many(q, n)
+        for task in await q.list(limit=n):
+            await q.cancel(task.id)
+        started = time.perf_counter()
+        deleted = 0
+        while True:
+            ids = await q.purge(limit=1_000)
+            deleted += len(ids)
+            if len(ids) < 1_000:
+                break
+        assert deleted == n, deleted
+        return {"value": n / (time.perf_counter() - started), "unit": "rows purged/s"}
+
+
+async def claim_idle(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    async with _client(dialect, target) as q:
+        for start in range(0, o["backlog"], 2_000):
+            await _submit_many(q, 2_000, name="busy")
+        await q.close()
+        await q.connect()
+        store = q.store
+        samples = []
+        for _ in range(o["claims"]):
+            started = time.perf_counter()
+            claimed = await store.claim(queues=["default"], worker_id="bench", names=["idle"])
+            samples.append(time.perf_counter() - started)
+            assert claimed == []
+        return {"value": statistics.median(samples) * 1e6, "unit": "us per idle-name claim (median)"}
+
+
+# -- the worker ----------------------------------------------------------------------
+
+
+async def _drain(dialect: str, target: str, o: dict[str, Any], concurrency: int, batch: int | None) -> dict[str, Any]:
+    from cairnq import Worker
+
+    async with _client(dialect, target) as q:
+        n = o["drain_n"]
+        await _submit_many(q, n)
+        worker = Worker(q.store, ["default"], concurrency=concurrency, poll_interval_ms=100)
+        if batch:
+
+            @worker.task("noop", batch=batch)
+            async def noop_batch(contexts: Any) -> None:
+                return None
+
+        else:
+
+            @worker.task("noop")
+            async def noop(ctx: Any) -> None:
+                return None
+
+        started = time.perf_counter()
+        run = asyncio.ensure_future(worker.run())
+        while (await q.stats())["default"]["succeeded"] < n:
+            await asyncio.sleep(0.02)
+        elapsed = time.perf_counter() - started
+        worker.stop()
+        await run
+        return {"value": n / elapsed, "unit": "tasks/s"}
+
+
+async def drain_c8(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    return await _drain(dialect, target, o, 8, None)
+
+
+async def drain_c64(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    return await _drain(dialect, target, o, 64, None)
+
+
+async def drain_batch64(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    return await _drain(dialect, target, o, 1, 64)
+
+
+def _serve_worker(dialect: str, target: str, concurrency: int) -> subprocess.Popen[str]:
+    """A worker process (same interpreter, same SDK) answering "echo"."""
+    code = f"""
+import sys
+sys.argv = ["worker"]
+from cairnq import Worker
+worker = (Worker.sqlite if {dialect!r} == "sqlite" else Worker.postgres)({target!r}, concurrency={concurrency})
+@worker.task("echo")
+async def echo(ctx, payload):
+    return payload
+@worker.task("ready")
+async def ready(ctx):
+    return "ok"
+worker.serve()
+"""
+    return subprocess.Popen([sys.executable, "-I", "-c", code], cwd=os.path.dirname(os.path.abspath(__file__)) + "/..", stdin=subprocess.DEVNULL)
+
+
+async def _with_worker(dialect: str, target: str, concurrency: int, body: Callable[[Any], Any]) -> Any:
+    async with _client(dialect, target) as q:
+        await q.connect()
+        proc = _serve_worker(dialect, target, concurrency)
+        try:
+            await q.call("ready", timeout_ms=60_000)  # the worker is up and polling
+            return await body(q)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+async def call_latency(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    async def body(q: Any) -> dict[str, Any]:
+        samples = []
+        for i in range(o["calls"]):
+            started = time.perf_counter()
+            assert await q.call("echo", {"i": i}, timeout_ms=30_000) == {"i": i}
+            samples.append((time.perf_counter() - started) * 1000)
+        samples.sort()
+        return {
+            "value": statistics.median(samples),
+            "p95": samples[int(len(samples) * 0.95) - 1],
+            "unit": "ms per call (p50)",
+        }
+
+    return await _with_worker(dialect, target, 4, body)  # type: ignore[no-any-return]
+
+
+async def e2e_throughput(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    async def body(q: Any) -> dict[str, Any]:
+        done = 0
+        deadline = time.perf_counter() + o["e2e_seconds"]
+
+        async def producer(k: int) -> None:
+            nonlocal done
+            i = 0
+            while time.perf_counter() < deadline:
+                await q.call("echo", {"p": k, "i": i}, timeout_ms=30_000)
+                done += 1
+                i += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(producer(k) for k in range(4)))
+        return {"value": done / (time.perf_counter() - started), "unit": "calls/s (4 producers)"}
+
+    return await _with_worker(dialect, target, 16, body)  # type: ignore[no-any-return]
+
+
+# -- physical limits (no SDK at all) --------------------------------------------------
+
+
+def _limit(target: str, o: dict[str, Any], rows_per_commit: int) -> dict[str, Any]:
+    """A bare sqlite3 loop inserting the same rows into the same table, one or
+    64 per transaction, at the default durability (WAL, synchronous=FULL)."""
+    conn = sqlite3.connect(target, isolation_level=None)
+    conn.execute("pragma journal_mode = wal")
+    conn.execute(
+        "create table if not exists cairnq_tasks (id text primary key, name text not null, queue text not null"
+        " default 'default', status text not null, payload text not null, metadata text not null default '{}',"
+        " max_attempts integer not null default 3, priority integer not null default 0, run_at_ms integer not null,"
+        " root_id text, created_at_ms integer not null, updated_at_ms integer not null)"
+    )
+    sql = (
+        "insert into cairnq_tasks (id, name, queue, status, payload, metadata, max_attempts, priority, run_at_ms,"
+        " root_id, created_at_ms, updated_at_ms) values (?, 'noop', 'default', 'queued', ?, '{}', 3, 0, ?, ?, ?, ?)"
+    )
+    n = o["limit_n"] * (1 if rows_per_commit == 1 else 4)
+    started = time.perf_counter()
+    for i in range(0, n, rows_per_commit):
+        if rows_per_commit > 1:
+            conn.execute("begin")
+        for j in range(i, i + rows_per_commit):
+            now = int(time.time() * 1000)
+            task_id = f"task_{j:026d}"
+            conn.execute(sql, (task_id, json.dumps({"i": j}), now, task_id, now, now))
+        if rows_per_commit > 1:
+            conn.execute("commit")
+    return {"value": n / (time.perf_counter() - started), "unit": f"rows/s ({rows_per_commit} per commit)"}
+
+
+def limit_commit1(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    return _limit(target, o, 1)
+
+
+def limit_commit64(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    return _limit(target, o, 64)
+
+
+WORKLOADS: dict[str, Callable[..., Any]] = {
+    f.__name__: f
+    for f in (
+        submit_seq, submit_concurrent, get, cancel, purge, claim_idle,
+        drain_c8, drain_c64, drain_batch64, call_latency, e2e_throughput,
+        limit_commit1, limit_commit64,
+    )
+}  # fmt: skip
+
+
+def main() -> None:
+    name, dialect, target = sys.argv[1:4]
+    options = dict(DEFAULTS, **(json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}))
+    fn = WORKLOADS[name]
+    result = asyncio.run(fn(dialect, target, options)) if asyncio.iscoroutinefunction(fn) else fn(dialect, target, options)
+    try:
+        import cairnq
+
+        result["sdk"] = cairnq.__version__
+    except ImportError:
+        result["sdk"] = None
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
