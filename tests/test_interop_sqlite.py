@@ -657,9 +657,10 @@ async def test_ours_settles_tasks_submitted_by_reference(sqlite_backend):
     )
     [c] = await store.claim(queues=["q-y"], worker_id=w, names=["y.last"])
     mine["y.last"] = T(await store.fail(task_id=c.id, worker_id=w, error=FAIL_ENVELOPE, retryable=True))
-    # SQLite's RETURNING hands the REAL 1.0 back as the integer 1 (the reference's
-    # complete() returns the same); a fresh read is compared below
-    assert mine["y.ok"]["progress"] == 1
+    # SQLite's RETURNING hands the REAL 1.0 back as the integer 1; the reference
+    # passes that on, ours decodes REAL columns as floats. A fresh read (float in
+    # both) is what gets compared below.
+    assert mine["y.ok"]["progress"] == "float:1.0"
     mine["y.ok"] = T(await store.get(ids["y.ok"]))
 
     theirs = ref(path, """

@@ -15,7 +15,6 @@ import contextlib
 import logging
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -265,34 +264,72 @@ asyncio.run(main())
 """
 
 
-async def test_concurrent_cold_start_applies_each_migration_once(pg, tmp_path):
-    dsn = pg.target
-    start_at = time.time() + 1.5  # all four connect at the same instant
+def _start_together(dsn: str, cwd: Path, count: int) -> list[str]:
+    """``count`` processes each connect (at the same instant) and submit one task."""
+    start_at = time.time() + 1.5
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", COLD_START, dsn, repr(start_at), str(i)],
-            cwd=str(tmp_path),
+            cwd=str(cwd),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for i in range(4)
+        for i in range(count)
     ]
-    outs = []
+    outs, failures = [], []
     for proc in procs:
         out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err
+        if proc.returncode != 0:
+            failures.append(err.strip().splitlines()[-2:])
         outs.append(out.strip())
-    assert len(set(outs)) == 4 and all(o.startswith("task_") for o in outs)
+    assert not failures, f"{len(failures)} of {count} processes failed to start: {failures}"
+    return outs
 
+
+def _check_migrated_once(dsn: str, count: int) -> None:
     rows = ledger(dsn)
     assert [n for n, _ in rows] == LEDGER  # primary key: a second application would have failed a connect
     assert meta(dsn) == {"protocol_version": "1", "schema_version": "10"}
     assert fetch(dsn, "select count(*) from pg_trigger where tgname = 'cairnq_tasks_notify'") == [(1,)]
     payloads = sorted(r[0]["i"] for r in fetch(dsn, "select payload from cairnq_tasks"))
-    assert payloads == [0, 1, 2, 3]
+    assert payloads == list(range(count))
     indexes = fetch(dsn, "select count(*) from pg_indexes where tablename = 'cairnq_tasks'")
     assert indexes == [(10,)]  # 9 named + pkey
+
+
+async def test_concurrent_cold_start_applies_each_migration_once(pg, tmp_path):
+    outs = _start_together(pg.target, tmp_path, 4)
+    assert len(set(outs)) == 4 and all(o.startswith("task_") for o in outs)
+    _check_migrated_once(pg.target, 4)
+
+
+async def test_concurrent_start_on_an_empty_ledger_serializes_the_migrations(pg, tmp_path):
+    """The ledger exists (SCHEMA.md §2.1) but nothing is applied: the exclusive
+    table lock makes every process but one find each migration already done."""
+    run_sql(pg.target, "create table cairnq_migrations (name text primary key, applied_at_ms bigint not null)")
+    outs = _start_together(pg.target, tmp_path, 4)
+    assert len(set(outs)) == 4
+    _check_migrated_once(pg.target, 4)
+
+
+async def test_ledger_created_concurrently_by_another_process(pg):
+    """Another process creates the ledger at the same moment (its transaction
+    commits while our `create table if not exists` is in flight): our connect
+    must still succeed, as in a concurrent cold start (SCHEMA.md §2.2 step 4)."""
+    dsn = pg.target
+    other = psycopg.connect(dsn)  # a transaction of its own, left open
+    try:
+        other.execute("create table cairnq_migrations (name text primary key, applied_at_ms bigint not null)")
+        store = pg.store()
+        connecting = asyncio.ensure_future(store.connect())
+        await asyncio.sleep(0.5)  # our ledger creation now waits on the other transaction
+        other.commit()
+        await asyncio.wait_for(connecting, 10)
+    finally:
+        other.close()
+    assert [n for n, _ in ledger(dsn)] == LEDGER
+    assert (await store.submit(name="after.race")).status == "queued"
 
 
 # ---------------------------------------------------------------------------
@@ -357,7 +394,7 @@ async def test_schema_option_installs_into_case_preserved_schema(pg):
 
 
 async def test_second_installation_and_odd_search_path(pg):
-    dsn, db = pg.target, pg.database
+    dsn = pg.target
     public = pg.store()
     await public.connect()
     in_public = await public.submit(name="p", payload={"where": "public"})

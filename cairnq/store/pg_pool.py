@@ -185,6 +185,11 @@ class PoolExecutor:
 
         return stop
 
+    async def _recover(self) -> None:
+        """After a connection error: test every idle pooled connection and
+        replace the dead ones (a server restart kills them all at once)."""
+        await self._pool.check()
+
     async def close(self) -> None:
         await self._pool.close()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Optional
 
@@ -24,6 +25,10 @@ from cairnq.store.postgres.params import positional_statement
 from cairnq.store.postgres.rows import rows_of as _rows_of
 
 log = logging.getLogger("cairnq.store")
+
+# A \u0000 escape in JSON text: preceded by an even number of backslashes (an
+# odd number would make it the literal text "\u0000", which jsonb stores fine).
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 __all__ = ["PostgresStore"]
 
@@ -43,6 +48,18 @@ PLANNED_PER_CALL = frozenset(
         "claim_one_queue_one_name",
     )
 )
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """The connection (not the statement) failed: psycopg's OperationalError
+    family (server shutdown, terminated backend, network), or the like."""
+    if isinstance(exc, (ConnectionError, OSError)):
+        return True
+    try:
+        import psycopg
+    except ImportError:
+        return False
+    return isinstance(exc, psycopg.OperationalError)
 
 
 class PostgresStore(TaskStore):
@@ -139,7 +156,15 @@ class PostgresStore(TaskStore):
         )
 
     async def _migrate(self, executor: Any) -> None:
-        await executor.execute(self._statements["migrations_ledger"].text)
+        try:
+            await executor.execute(self._statements["migrations_ledger"].text)
+        except Exception:
+            # Two processes creating the ledger at once: "if not exists" is not
+            # atomic in PostgreSQL and the loser gets a unique violation on the
+            # catalog. If the table is there now, the race was lost harmlessly.
+            rows = await _rows_of(executor)(self._sql("ledger_present"), [])
+            if not (rows and rows[0][0]):
+                raise
         applied = []
         for migration in load_migrations("postgres"):
             async with executor.transaction() as session:
@@ -192,9 +217,9 @@ class PostgresStore(TaskStore):
 
     def _encode(self, value: Any) -> str:
         text = super()._encode(value)
-        if "\\u0000" in text:
+        if "\\u0000" in text and _NUL_ESCAPE.search(text):
             # jsonb cannot hold NUL in strings; refuse here, clearly, not on the server.
-            raise SerializationError("PostgreSQL jsonb cannot store NUL (\\u0000) characters in strings")
+            raise SerializationError("PostgreSQL jsonb cannot store NUL characters (U+0000) in strings")
         return text
 
     # -- the driver seam ---------------------------------------------------------
@@ -203,10 +228,27 @@ class PostgresStore(TaskStore):
         if self._executor is None:
             await self._connected()
         text, values = self._bind(name, params)
-        if self._statements[name].is_read:
+        read = self._statements[name].is_read
+        try:
+            if read:
+                return await self._rows(text, values, name not in PLANNED_PER_CALL)  # type: ignore[no-any-return]
+            assert self._writes is not None
+            return await self._writes.write(text, values)
+        except Exception as exc:
+            if not _connection_lost(exc):
+                raise
+            await self._recover_connections()
+            if not read:
+                raise  # a write is never replayed: it may have committed
             return await self._rows(text, values, name not in PLANNED_PER_CALL)  # type: ignore[no-any-return]
-        assert self._writes is not None
-        return await self._writes.write(text, values)
+
+    async def _recover_connections(self) -> None:
+        recover = getattr(self._executor, "_recover", None)
+        if recover is not None:
+            try:
+                await recover()
+            except Exception:
+                log.debug("pool check after a lost connection failed", exc_info=True)
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[Fetch]:
@@ -216,14 +258,19 @@ class PostgresStore(TaskStore):
     @asynccontextmanager
     async def _transaction_with_session(self) -> AsyncIterator[tuple[Fetch, Any]]:
         executor = self._executor or await self._connected()
-        async with executor.transaction() as session:
-            rows_of = _rows_of(session)
+        try:
+            async with executor.transaction() as session:
+                rows_of = _rows_of(session)
 
-            async def fetch(name: str, params: dict[str, Any]) -> list[Any]:
-                text, values = self._bind(name, params)
-                return await rows_of(text, values, name not in PLANNED_PER_CALL)  # type: ignore[no-any-return]
+                async def fetch(name: str, params: dict[str, Any]) -> list[Any]:
+                    text, values = self._bind(name, params)
+                    return await rows_of(text, values, name not in PLANNED_PER_CALL)  # type: ignore[no-any-return]
 
-            yield fetch, session
+                yield fetch, session
+        except Exception as exc:
+            if _connection_lost(exc):
+                await self._recover_connections()
+            raise
 
     # -- push wakeups ----------------------------------------------------------------
 
