@@ -64,7 +64,11 @@ async def run_call(
     ``returned()`` is called as soon as the handler is done, before settling:
     the call no longer counts against the worker's concurrency from there."""
     try:
-        outcome: Any = await _invoke(settings, reg, contexts)
+        if settings.max_run_ms is None and reg.is_async and reg.style != "batch":
+            ctx = contexts[0]  # the common shape, without the general path's frames
+            outcome: Any = await (reg.fn(ctx, ctx.payload) if reg.style == "ctx_payload" else reg.fn(ctx))
+        else:
+            outcome = await _invoke(settings, reg, contexts)
         raised: Optional[BaseException] = None
     except LostLease:
         returned()
@@ -72,6 +76,11 @@ async def run_call(
     except Exception as exc:  # the handler failed: settled below
         outcome, raised = None, exc
     returned()
+    if raised is None and reg.style != "batch" and outcome is not _Timeout:
+        ctx = contexts[0]
+        if not ctx.settled:
+            await _guarded(settings, ctx, lambda c: _complete(settings, c, outcome))
+        return
     await _settle(settings, reg, contexts, outcome, raised)
 
 

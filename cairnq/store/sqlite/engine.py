@@ -46,6 +46,8 @@ _SQLITE_BUSY = 5
 # Enough to amortize the fsync; small enough that one flush never holds the
 # loop for long when a flood of writes arrives at once.
 MAX_BATCH = 256
+# How long a deferred write waits for a transaction to ride in.
+RIDE_WINDOW_S = 0.002
 
 
 def is_busy(exc: BaseException) -> bool:
@@ -135,11 +137,23 @@ class SqliteEngine:
 
     # -- group-committed writes -------------------------------------------
 
-    async def write(self, sql: str, params: Any) -> list[Any]:
-        """Run a write outside any transaction; its rows, once committed."""
+    async def write(self, sql: str, params: Any, *, defer: bool = False) -> list[Any]:
+        """Run a write outside any transaction; its rows, once committed.
+
+        ``defer``: the write is in no hurry (a worker's settlements and beats).
+        It waits up to RIDE_WINDOW_S for a transaction to ride in (the worker's
+        next claim, typically, which then commits both with one fsync) before
+        it is flushed on its own.
+        """
         if self._closing:
             raise StoreClosed()
         loop = asyncio.get_running_loop()
+        if defer:
+            future: asyncio.Future[list[Any]] = loop.create_future()
+            self._writes.append(_Write(sql, params, future))
+            if self._flush_handle is None and not self._in_txn:
+                self._flush_handle = loop.call_later(RIDE_WINDOW_S, self._flush)
+            return await future
         if not self._writes and self._flush_handle is None and not self._in_txn:
             ready = getattr(loop, "_ready", None)  # asyncio's run queue (absent in uvloop)
             if ready is not None and not ready:
@@ -153,10 +167,14 @@ class SqliteEngine:
                 else:
                     self._note_commit()
                     return rows
-        future: asyncio.Future[list[Any]] = loop.create_future()
+        future = loop.create_future()
         self._writes.append(_Write(sql, params, future))
-        if self._flush_handle is None and not self._in_txn:
-            self._flush_handle = loop.call_soon(self._flush)
+        if not self._in_txn:
+            handle = self._flush_handle
+            if handle is None or (isinstance(handle, asyncio.TimerHandle) and not self._write_busy):
+                if handle is not None:
+                    handle.cancel()  # a deferred write was waiting: this one is not
+                self._flush_handle = loop.call_soon(self._flush)
         return await future
 
     def _flush(self) -> None:

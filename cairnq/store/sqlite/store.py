@@ -45,6 +45,8 @@ _DERIVED: dict[str, Callable[[dict[str, Any], int], Any]] = {
 }
 # List-valued parameters travel as JSON array text, expanded with json_each.
 _LISTS = frozenset(("queues", "names", "ids"))
+# Worker bookkeeping nobody waits on: it may ride in the next claim's commit.
+_DEFERRABLE = frozenset(("complete_many", "heartbeat_batch"))
 
 Binder = Callable[[dict[str, Any]], dict[str, Any]]
 Echo = Callable[[dict[str, Any]], tuple[Any, ...]]
@@ -245,7 +247,7 @@ class SQLiteStore(TaskStore):
             return await engine.read(sql, bound)
         echo = self._echoes.get(name)
         if echo is None:
-            return await engine.write(sql, bound)
+            return await engine.write(sql, bound, defer=name in _DEFERRABLE)
         await engine.write(sql, bound)
         return [echo(bound)]
 
