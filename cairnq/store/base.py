@@ -112,8 +112,13 @@ def claim_statement(queues: Sequence[str], names: Sequence[str] | None) -> str:
     return "claim_one_queue" if one_queue else "claim"
 
 
-def probe_statement(names: Sequence[str] | None) -> str:
-    return "claimable_probe_any_name" if names is None else "claimable_probe"
+def probe_statement(queues: Sequence[str], names: Sequence[str] | None) -> str:
+    """Which claimable-probe variant reaches its index (all mean the same)."""
+    if names is None:
+        return "claimable_probe_any_name"
+    if len(queues) == 1 and len(names) == 1:
+        return "claimable_probe_one_queue_one_name"
+    return "claimable_probe"
 
 
 def _check_int(
@@ -188,7 +193,11 @@ class TaskStore(ABC):
         """Drivers with push notifications buffer wakeups for these queues."""
 
     async def _has_claimable_work(self, params: dict[str, Any]) -> bool:
-        rows = await self._fetch(probe_statement(params["names"]), params)
+        names = params["names"]
+        statement = probe_statement(params["queues"], names)
+        if statement == "claimable_probe_one_queue_one_name":
+            params = dict(params, name=names[0])
+        rows = await self._fetch(statement, params)
         return bool(rows and rows[0][0])
 
     async def claim_wake(self, queues: list[str], timeout_ms: int) -> None:

@@ -54,6 +54,21 @@ def _import_psycopg() -> Any:
     return psycopg
 
 
+def _has_rows(cur: Any) -> bool:
+    # The result status, not cur.description: that builds a Column object per
+    # column on every access, a measurable cost on a 23-column row.
+    result = cur.pgresult
+    return result is not None and result.status == _TUPLES_OK
+
+
+try:
+    from psycopg.pq import ExecStatus as _ExecStatus
+
+    _TUPLES_OK = _ExecStatus.TUPLES_OK
+except ImportError:  # pragma: no cover - without the postgres extra nothing here runs
+    _TUPLES_OK = None
+
+
 def _configure_adapters(conn: Any) -> None:
     from psycopg.adapt import Loader
 
@@ -72,23 +87,23 @@ class _Session:
         self._conn = conn
 
     async def query(self, text: str, values: Sequence[Any]) -> list[dict[str, Any]]:
-        rows, names = await self._raw(text, values)
-        return [dict(zip(names, row)) for row in rows]
+        cur = await self._run(text, values, True)
+        if not _has_rows(cur):
+            return []
+        names = [d.name for d in cur.description]
+        return [dict(zip(names, row)) for row in await cur.fetchall()]
 
     async def _query_raw(
         self, text: str, values: Sequence[Any], prepare: bool = True
     ) -> list[tuple[Any, ...]]:
-        return (await self._raw(text, values, prepare))[0]
+        cur = await self._run(text, values, prepare)
+        return await cur.fetchall() if _has_rows(cur) else []
 
-    async def _raw(
-        self, text: str, values: Sequence[Any], prepare: bool = True
-    ) -> tuple[list[Any], list[str]]:
+    async def _run(self, text: str, values: Sequence[Any], prepare: bool) -> Any:
         # prepare=False: the unnamed statement, planned with these very values.
         cur = self._conn.cursor()
         await cur.execute(text, values, prepare=None if prepare else False)
-        if cur.description is None:
-            return [], []
-        return await cur.fetchall(), [d.name for d in cur.description]
+        return cur
 
     async def execute(self, sql: str) -> None:
         # No parameters and never prepared: the simple query protocol, which
@@ -144,7 +159,7 @@ class PoolExecutor:
                         cursors.append(cur)
                 results = []
                 for cur in cursors:
-                    results.append(await cur.fetchall() if cur.description is not None else [])
+                    results.append(await cur.fetchall() if _has_rows(cur) else [])
                 return results
 
     async def listen(

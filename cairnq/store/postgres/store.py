@@ -34,12 +34,19 @@ __all__ = ["PostgresStore"]
 
 
 # Statements whose best plan depends on the data (how the backlog is spread
-# over names and queues): planned per call with their actual parameters
-# rather than from a cached generic plan, when the executor can (ours can).
+# over names and queues). A generic plan (what a prepared statement settles on
+# after a few runs) cannot know that one name holds the whole backlog and
+# another holds nothing, and walks the backlog for the latter; planning on
+# every call costs more than the statement itself. So their queue and name
+# values are written into the statement text as literals: each (queue, name)
+# combination a worker polls gets a prepared statement of its own, planned for
+# those values, and replanned by the server whenever the table's statistics
+# change.
 PLANNED_PER_CALL = frozenset(
     (
         "claimable_probe",
         "claimable_probe_any_name",
+        "claimable_probe_one_queue_one_name",
         "claim",
         "claim_any_name",
         "claim_one_name",
@@ -48,6 +55,21 @@ PLANNED_PER_CALL = frozenset(
         "claim_one_queue_one_name",
     )
 )
+
+
+_SELECTIVE = ("queues", "names", "queue", "name")
+_PLAIN_TEXT = re.compile(r"^[^\\\x00]{1,200}$")  # no backslash or NUL: safe to quote
+
+
+def _literal(value: Any) -> Optional[str]:
+    """A SQL literal for a selective parameter, or None to keep it a parameter."""
+    if isinstance(value, str) and _PLAIN_TEXT.match(value):
+        return "'" + value.replace("'", "''") + "'::text"
+    if isinstance(value, list) and len(value) <= 16:
+        items = [_literal(v) for v in value]
+        if all(items):
+            return "array[" + ", ".join(items) + "]::text[]" if items else "array[]::text[]"  # type: ignore[arg-type]
+    return None
 
 
 def _connection_lost(exc: BaseException) -> bool:
@@ -211,8 +233,25 @@ class PostgresStore(TaskStore):
 
     def _bind(self, name: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
         stmt = self._statements[name]
+        if name in PLANNED_PER_CALL:
+            return self._bind_with_literals(stmt, params)
         sql = stmt.specialize(params) if stmt.filters else None
         text, names = self._positional_for(name, sql)
+        return text, [params[n] for n in names]
+
+    def _bind_with_literals(self, stmt: Statement, params: dict[str, Any]) -> tuple[str, list[Any]]:
+        literals = {p: _literal(params.get(p)) for p in _SELECTIVE if p in stmt.params}
+        key = (stmt.name, tuple(sorted((p, v) for p, v in literals.items() if v)))
+        found = self._positional.get(key)  # type: ignore[arg-type]
+        if found is None:
+            sql = stmt.text
+            for param, literal in literals.items():
+                if literal is not None:
+                    sql = re.sub(rf":{param}(?![A-Za-z0-9_])", literal, sql)
+            found = positional_statement(sql)
+            if len(self._positional) < 4_096:  # bounded: callers could pass anything
+                self._positional[key] = found  # type: ignore[index]
+        text, names = found
         return text, [params[n] for n in names]
 
     def _encode(self, value: Any) -> str:
@@ -231,7 +270,7 @@ class PostgresStore(TaskStore):
         read = self._statements[name].is_read
         try:
             if read:
-                return await self._rows(text, values, name not in PLANNED_PER_CALL)  # type: ignore[no-any-return]
+                return await self._rows(text, values)  # type: ignore[no-any-return]
             assert self._writes is not None
             return await self._writes.write(text, values)
         except Exception as exc:
@@ -240,7 +279,7 @@ class PostgresStore(TaskStore):
             await self._recover_connections()
             if not read:
                 raise  # a write is never replayed: it may have committed
-            return await self._rows(text, values, name not in PLANNED_PER_CALL)  # type: ignore[no-any-return]
+            return await self._rows(text, values)  # type: ignore[no-any-return]
 
     async def _recover_connections(self) -> None:
         recover = getattr(self._executor, "_recover", None)
@@ -264,7 +303,7 @@ class PostgresStore(TaskStore):
 
                 async def fetch(name: str, params: dict[str, Any]) -> list[Any]:
                     text, values = self._bind(name, params)
-                    return await rows_of(text, values, name not in PLANNED_PER_CALL)  # type: ignore[no-any-return]
+                    return await rows_of(text, values)  # type: ignore[no-any-return]
 
                 yield fetch, session
         except Exception as exc:

@@ -2,15 +2,18 @@
 -- is due, or when any lease anywhere has expired (not filtered: recovering a
 -- dead worker's tasks is every claimer's job). Two EXISTS so each arm reaches
 -- its own index; the clock is read once, in a sub-select, so it can bound the
--- index scans. The store plans it per call with its actual parameters: for a
--- name with nothing queued the planner then seeks cairnq_tasks_name_idx
--- instead of walking the backlog of the names that have work.
+-- index scans. Planned per call with the actual arrays.
+--
+-- The queue and status tests are written as expressions on purpose: they
+-- keep the planner on cairnq_tasks_name_idx, where the names are seeks. With
+-- them as plain columns it may pick cairnq_tasks_claim_name_idx with the name
+-- array as a mere filter, and walk the whole backlog of other names.
 select exists (
            select 1
            from cairnq_tasks
-           where queue = any(:queues::text[])
-             and status = 'queued'
-             and name = any(:names::text[])
+           where name = any(:names::text[])
+             and (queue || '') = any(:queues::text[])
+             and (status || '') = 'queued'
              and run_at_ms <= (select (extract(epoch from clock_timestamp()) * 1000)::bigint)
        )
     or exists (
