@@ -61,12 +61,7 @@ def _has_rows(cur: Any) -> bool:
     return result is not None and result.status == _TUPLES_OK
 
 
-try:
-    from psycopg.pq import ExecStatus as _ExecStatus
-
-    _TUPLES_OK = _ExecStatus.TUPLES_OK
-except ImportError:  # pragma: no cover - without the postgres extra nothing here runs
-    _TUPLES_OK = None
+_TUPLES_OK = 2  # psycopg.pq.ExecStatus.TUPLES_OK (an IntEnum); importing cairnq loads no driver
 
 
 def _configure_adapters(conn: Any) -> None:
