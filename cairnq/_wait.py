@@ -59,7 +59,13 @@ async def poll_wait(
     deadline = time.monotonic() + timeout_ms / 1000
     interval = poll_ms
     snapshot: Task | None = None
+    told = False  # the store said this task finished: read it whole at once
     while True:
+        if told:
+            found = await store.get(task_id)
+            if found is not None and found.is_terminal:
+                return found
+            snapshot = found or snapshot
         ref = await store.get_status(task_id)
         remaining = int((deadline - time.monotonic()) * 1000)
         if ref is not None and (ref.is_terminal or remaining <= 0):
@@ -70,7 +76,9 @@ async def poll_wait(
             raise TaskTimeout(
                 ref.id if ref is not None else task_id, timeout_ms=timeout_ms, task=snapshot
             )
-        await store.task_done_wake(task_id, min(interval, remaining))
+        # A store with a push channel returns True when told this very task
+        # finished (PostgreSQL's cairnq_done); others return None after sleeping.
+        told = await store.task_done_wake(task_id, min(interval, remaining)) is True
         interval = next_poll_ms(interval, max_poll_ms)
 
 

@@ -192,13 +192,21 @@ class TaskStore(ABC):
     def _register_wakeable(self, queues: Sequence[str]) -> None:
         """Drivers with push notifications buffer wakeups for these queues."""
 
-    async def _has_claimable_work(self, params: dict[str, Any]) -> bool:
+    async def _probe(self, params: dict[str, Any]) -> tuple[bool, bool]:
+        """(due, expired): is a task of these queues and names due; has any
+        lease expired. Read-only."""
         names = params["names"]
         statement = probe_statement(params["queues"], names)
         if statement == "claimable_probe_one_queue_one_name":
             params = dict(params, name=names[0])
         rows = await self._fetch(statement, params)
-        return bool(rows and rows[0][0])
+        if not rows:
+            return False, False
+        return bool(rows[0][0]), bool(rows[0][1])
+
+    async def _has_claimable_work(self, params: dict[str, Any]) -> bool:
+        due, expired = await self._probe(params)
+        return due or expired
 
     async def claim_wake(self, queues: list[str], timeout_ms: int) -> None:
         """Sleep up to ``timeout_ms``; drivers that can, return early on new work."""
@@ -489,10 +497,12 @@ class TaskStore(ABC):
         """
         params = self._claim_params(queues, worker_id, lease_ms, names)
         self._register_wakeable(params["queues"])
-        if not await self._has_claimable_work(params):
+        due, expired = await self._probe(params)
+        if not (due or expired):
             return None
         async with self._transaction() as fetch:
-            await fetch("recover_leases", params)
+            if expired:  # a lease expiring after the probe is recovered next poll
+                await fetch("recover_leases", params)
 
             async def draw(draw_names: Sequence[str] | None, limit: int) -> list[Task]:
                 if draw_names is not None:

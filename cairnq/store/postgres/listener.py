@@ -38,8 +38,8 @@ class Listener:
         self._closed = False
         self._queues: set[str] = set()
         self._pending_queues: set[str] = set()
-        self._queued_waiters: dict[str, set[asyncio.Future[None]]] = {}
-        self._done_waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._queued_waiters: dict[str, set[asyncio.Future[bool]]] = {}
+        self._done_waiters: dict[str, set[asyncio.Future[bool]]] = {}
         self._subscribers: list[Callable[[str, Optional[str]], None]] = []
 
     @property
@@ -128,23 +128,24 @@ class Listener:
         await self._wait(self._queued_waiters, queues, timeout_s)
         self._pending_queues.difference_update(queues)
 
-    async def wait_done(self, task_id: str, timeout_s: float) -> None:
-        await self._wait(self._done_waiters, [task_id], timeout_s)
+    async def wait_done(self, task_id: str, timeout_s: float) -> bool:
+        """True when told the task finished; False after the timeout."""
+        return await self._wait(self._done_waiters, [task_id], timeout_s)
 
     async def _wait(
-        self, table: dict[str, set[asyncio.Future[None]]], keys: list[str], timeout_s: float
-    ) -> None:
+        self, table: dict[str, set[asyncio.Future[bool]]], keys: list[str], timeout_s: float
+    ) -> bool:
         if not self._connected:
             self.start()  # not up (yet): this wait is a plain sleep
             await asyncio.sleep(timeout_s)
-            return
+            return False
         loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
+        waiter: asyncio.Future[bool] = loop.create_future()
         for key in keys:
             table.setdefault(key, set()).add(waiter)
-        timer = loop.call_later(timeout_s, _wake, waiter)
+        timer = loop.call_later(timeout_s, _wake, waiter, False)
         try:
-            await waiter
+            return await waiter
         finally:
             timer.cancel()
             for key in keys:
@@ -155,6 +156,6 @@ class Listener:
                         del table[key]
 
 
-def _wake(waiter: asyncio.Future[None]) -> None:
+def _wake(waiter: asyncio.Future[bool], told: bool = False) -> None:
     if not waiter.done():
-        waiter.set_result(None)
+        waiter.set_result(told)

@@ -325,12 +325,13 @@ class PostgresStore(TaskStore):
             return
         await listener.wait_queued(queues, timeout_ms / 1000)
 
-    async def task_done_wake(self, task_id: str, timeout_ms: int) -> None:
+    async def task_done_wake(self, task_id: str, timeout_ms: int) -> bool:  # type: ignore[override]
+        """Sleep up to ``timeout_ms``; returns True early when told the task finished."""
         listener = self._listener
         if listener is None:
             await asyncio.sleep(timeout_ms / 1000)
-            return
-        await listener.wait_done(task_id, timeout_ms / 1000)
+            return False
+        return await listener.wait_done(task_id, timeout_ms / 1000)
 
     async def _watch_push(self, emit: Any) -> Any:
         from cairnq.watch import WatchSignal

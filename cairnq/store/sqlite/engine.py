@@ -186,8 +186,9 @@ class SqliteEngine:
 
     def _flush_batch(self) -> bool:
         """Run up to MAX_BATCH queued writes. True when the queue may be flushed
-        again right away; False when the batch is waiting: on its COMMIT (in
-        the committer thread) or, the database being busy, on a retry."""
+        again right away; False when this flush is over: the batch waits on its
+        COMMIT in the committer thread, or on a retry (the database was busy),
+        or it committed here and its gate release flushed what followed."""
         batch = [self._writes.popleft() for _ in range(min(MAX_BATCH, len(self._writes)))]
         batch = [w for w in batch if not w.future.cancelled()]
         if not batch:
@@ -233,9 +234,22 @@ class SqliteEngine:
             if not isinstance(exc, Exception):
                 raise
             return True
-        # The COMMIT (the fsync) runs in the committer thread, without the GIL,
-        # while the loop goes on preparing the next batch's writes.
         loop = asyncio.get_running_loop()
+        ready = getattr(loop, "_ready", None)
+        if ready is not None and not ready:
+            # Nothing else is runnable: a hop to the committer thread would only
+            # add its wakeup to the fsync. Commit here.
+            commit: asyncio.Future[Any] = loop.create_future()
+            try:
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                commit.set_exception(exc)
+            else:
+                commit.set_result(None)
+            self._committed(commit, batch, outcomes)  # its gate release flushes the rest
+            return False
+        # The COMMIT (the fsync) runs in the committer thread, without the GIL,
+        # while the loop goes on with the rest of its work.
         pending = loop.run_in_executor(self._committer(), conn.execute, "COMMIT")
         pending.add_done_callback(lambda f: self._committed(f, batch, outcomes))
         return False

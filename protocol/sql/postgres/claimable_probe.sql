@@ -1,7 +1,8 @@
--- Is a claim worth a transaction? True when a task of one of :queues and :names
--- is due, or when any lease anywhere has expired (not filtered: recovering a
--- dead worker's tasks is every claimer's job). Two EXISTS so each arm reaches
--- its own index; the clock is read once, in a sub-select, so it can bound the
+-- Is a claim worth a transaction? "due": a task of one of :queues and :names is
+-- due; "expired": a lease anywhere has expired (not filtered: recovering a dead
+-- worker's tasks is every claimer's job). Either opens the transaction;
+-- recover_leases runs in it only when "expired" said so. Two EXISTS so each arm
+-- reaches its own index; the clock is read once, in a sub-select, so it can bound the
 -- index scans. Planned per call with the actual arrays.
 --
 -- The queue and status tests are written as expressions on purpose: they
@@ -15,10 +16,10 @@ select exists (
              and (queue || '') = any(:queues::text[])
              and (status || '') = 'queued'
              and run_at_ms <= (select (extract(epoch from clock_timestamp()) * 1000)::bigint)
-       )
-    or exists (
+       ) as due,
+       exists (
            select 1 from cairnq_tasks
            where status = 'running'
              and lease_until_ms is not null
              and lease_until_ms <= (select (extract(epoch from clock_timestamp()) * 1000)::bigint)
-       ) as has_work
+       ) as expired

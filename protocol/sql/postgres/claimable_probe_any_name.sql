@@ -6,10 +6,10 @@ select exists (
            where queue = any(:queues::text[])
              and status = 'queued'
              and run_at_ms <= (select (extract(epoch from clock_timestamp()) * 1000)::bigint)
-       )
-    or exists (
+       ) as due,
+       exists (
            select 1 from cairnq_tasks
            where status = 'running'
              and lease_until_ms is not null
              and lease_until_ms <= (select (extract(epoch from clock_timestamp()) * 1000)::bigint)
-       ) as has_work
+       ) as expired

@@ -6,10 +6,10 @@ select exists (
              and status = 'queued'
              and name = :name
              and +run_at_ms <= :now_ms
-       )
-    or exists (
+       ) as due,
+       exists (
            select 1 from cairnq_tasks
            where status = 'running'
              and lease_until_ms is not null
              and lease_until_ms <= :now_ms
-       ) as has_work
+       ) as expired
