@@ -80,7 +80,7 @@ setup(
             for kind in ("migrations", "sql")
             for dialect in ("sqlite", "postgres")
         },
-        "cairnq._speedups": ["*.pyx"],
+        "cairnq._speedups": ["*.pyx", "*.pyi"],
     },
     ext_modules=extensions(),
     cmdclass={"build_ext": OptionalBuildExt},

@@ -66,15 +66,26 @@ pure: dict[str, ModuleType] = {
 compiled = _load_compiled()
 
 _forced_pure = os.environ.get("CAIRNQ_PURE_PYTHON", "") not in ("", "0")
-_active = pure if _forced_pure or compiled is None else compiled
-IMPLEMENTATION = "python" if _active is pure else "cython"
+IMPLEMENTATION = "python" if _forced_pure or compiled is None else "cython"
 
-decode_task = _active["rows"].decode_task
-decode_tasks = _active["rows"].decode_tasks
-decode_mapping = _active["rows"].decode_mapping
-dumps = _active["jsoncodec"].dumps
-loads = _active["jsoncodec"].loads
-encode_ids = _active["beats"].encode_ids
-decode_beats = _active["beats"].decode_beats
-retry_delay_ms = _active["backoff"].retry_delay_ms
-new_ulid = _active["ids"].new_ulid
+# Typed as the twins; rebound to the compiled kernels when those are active.
+decode_task = _rows_py.decode_task
+decode_tasks = _rows_py.decode_tasks
+decode_mapping = _rows_py.decode_mapping
+dumps = _json_py.dumps
+loads = _json_py.loads
+encode_ids = _beats_py.encode_ids
+decode_beats = _beats_py.decode_beats
+retry_delay_ms = _backoff_py.retry_delay_ms
+new_ulid = _ids_py.new_ulid
+if IMPLEMENTATION == "cython":
+    assert compiled is not None
+    decode_task = compiled["rows"].decode_task
+    decode_tasks = compiled["rows"].decode_tasks
+    decode_mapping = compiled["rows"].decode_mapping
+    dumps = compiled["jsoncodec"].dumps
+    loads = compiled["jsoncodec"].loads
+    encode_ids = compiled["beats"].encode_ids
+    decode_beats = compiled["beats"].decode_beats
+    retry_delay_ms = compiled["backoff"].retry_delay_ms
+    new_ulid = compiled["ids"].new_ulid

@@ -8,7 +8,7 @@ twins (``"python"``).
 
 from __future__ import annotations
 
-from cairnq._speedups import IMPLEMENTATION as SPEEDUPS
+from cairnq._speedups import IMPLEMENTATION as _IMPLEMENTATION
 from cairnq.client import CairnQ
 from cairnq.context import TaskContext
 from cairnq.errors import (
@@ -44,6 +44,8 @@ def _version() -> str:
 
 
 __version__ = _version()
+#: "cython" when the compiled kernels are active, "python" for the pure twins.
+SPEEDUPS: str = _IMPLEMENTATION
 
 __all__ = [
     "CairnQ",

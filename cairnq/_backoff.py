@@ -23,7 +23,7 @@ def retry_delay_ms(
 ) -> int:
     """Equal-jitter exponential backoff: uniform in ``[w // 2, w)`` where
     ``w = min(max_ms, base_ms * 2 ** (attempt - 1))``; 0 when ``base_ms <= 0``."""
-    return _retry_delay_ms(attempt, base_ms, max_ms, rand)  # type: ignore[no-any-return]
+    return _retry_delay_ms(attempt, base_ms, max_ms, rand)
 
 
 def fail_delay_ms(
@@ -35,4 +35,4 @@ def fail_delay_ms(
     rand: Callable[[], float] = random.random,
 ) -> int:
     """The delay a ``fail`` write carries: the backoff, or 0 for a permanent failure."""
-    return _retry_delay_ms(attempt, base_ms, max_ms, rand) if retryable else 0  # type: ignore[no-any-return]
+    return _retry_delay_ms(attempt, base_ms, max_ms, rand) if retryable else 0

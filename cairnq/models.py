@@ -94,7 +94,7 @@ class Task:
         """Build from a mapping row (any object ``dict()`` accepts)."""
         from cairnq._speedups import decode_mapping
 
-        return decode_mapping(dict(row), json_is_text)  # type: ignore[no-any-return]
+        return decode_mapping(dict(row), json_is_text)
 
     @property
     def is_terminal(self) -> bool:

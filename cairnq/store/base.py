@@ -92,7 +92,7 @@ def check_protocol_version(version: int) -> None:
 
 def dump_json(value: Any) -> str:
     """Strict JSON text for a JSON column; SerializationError for anything else."""
-    return dumps(value)  # type: ignore[no-any-return]
+    return dumps(value)
 
 
 def validate_purge_input(*, older_than_ms: int, status: str | None, limit: int) -> None:
@@ -175,7 +175,7 @@ class TaskStore(ABC):
     async def protocol_version(self) -> int: ...
 
     @abstractmethod
-    async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
+    async def _fetch(self, name: str, params: dict[str, Any]) -> builtins.list[Any]:
         """Run statement ``name`` on its own (autocommit) and return its rows."""
 
     @abstractmethod
@@ -208,13 +208,15 @@ class TaskStore(ABC):
         due, expired = await self._probe(params)
         return due or expired
 
-    async def claim_wake(self, queues: list[str], timeout_ms: int) -> None:
+    async def claim_wake(self, queues: builtins.list[str], timeout_ms: int) -> None:
         """Sleep up to ``timeout_ms``; drivers that can, return early on new work."""
         await asyncio.sleep(timeout_ms / 1000)
 
-    async def task_done_wake(self, task_id: str, timeout_ms: int) -> None:
-        """Sleep up to ``timeout_ms``; drivers that can, return early when it finishes."""
+    async def task_done_wake(self, task_id: str, timeout_ms: int) -> bool | None:
+        """Sleep up to ``timeout_ms``; drivers that can, return early when it
+        finishes (and return True when told so: waiters then read it at once)."""
         await asyncio.sleep(timeout_ms / 1000)
+        return None
 
     async def _watch_push(self, emit: Callable[[Any], None]) -> Callable[[], None] | None:
         """Subscribe ``emit`` to pushed WatchSignals; returns an unsubscribe, or None."""
@@ -244,12 +246,12 @@ class TaskStore(ABC):
     # -- row mapping -----------------------------------------------------
 
     def _task(self, row: Row) -> Task:
-        return decode_task(row, self._json_is_text)  # type: ignore[no-any-return]
+        return decode_task(row, self._json_is_text)
 
-    def _tasks(self, rows: list[Row]) -> list[Task]:
-        return decode_tasks(rows, self._json_is_text)  # type: ignore[no-any-return]
+    def _tasks(self, rows: builtins.list[Row]) -> builtins.list[Task]:
+        return decode_tasks(rows, self._json_is_text)
 
-    def _first(self, rows: list[Row]) -> Task | None:
+    def _first(self, rows: builtins.list[Row]) -> Task | None:
         return decode_task(rows[0], self._json_is_text) if rows else None
 
     # -- submit ----------------------------------------------------------
@@ -316,11 +318,11 @@ class TaskStore(ABC):
         }
         if key is None:
             rows = await self._fetch("insert_task", params)
-            return decode_task(rows[0], self._json_is_text)  # type: ignore[no-any-return]
+            return decode_task(rows[0], self._json_is_text)
         return await self._submit_keyed(key, conflict, params)
 
     def _encode(self, value: Any) -> str:
-        return dumps(value)  # type: ignore[no-any-return]
+        return dumps(value)
 
     async def _submit_keyed(self, key: str, conflict: Conflict, params: dict[str, Any]) -> Task:
         async with self._transaction() as fetch:
@@ -504,7 +506,7 @@ class TaskStore(ABC):
             if expired:  # a lease expiring after the probe is recovered next poll
                 await fetch("recover_leases", params)
 
-            async def draw(draw_names: Sequence[str] | None, limit: int) -> list[Task]:
+            async def draw(draw_names: Sequence[str] | None, limit: int) -> builtins.list[Task]:
                 if draw_names is not None:
                     draw_names = _unique(draw_names, "draw names")
                 if limit <= 0 or (draw_names is not None and not draw_names):
@@ -530,7 +532,7 @@ class TaskStore(ABC):
         """One draw of up to ``limit`` tasks (probe, recovery and draw in one go)."""
         _check_int("limit", limit)
 
-        async def one_draw(draw: ClaimDraw) -> list[Task]:
+        async def one_draw(draw: ClaimDraw) -> builtins.list[Task]:
             return await draw(None if names is None else builtins.list(names), limit)
 
         claimed = await self.claim_session(
@@ -558,7 +560,7 @@ class TaskStore(ABC):
         if not task_ids:
             return {}
         params = {"ids": builtins.list(task_ids), "worker_id": worker_id, "lease_ms": lease_ms}
-        return decode_beats(await self._fetch("heartbeat_batch", params))  # type: ignore[no-any-return]
+        return decode_beats(await self._fetch("heartbeat_batch", params))
 
     async def progress(
         self,

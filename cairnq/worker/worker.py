@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from typing import Any, AsyncContextManager, Callable, Optional, Sequence, Union
+from typing import Any, AsyncContextManager, Callable, Optional, Sequence, TypeVar, Union, overload
 
 from cairnq._backoff import DEFAULT_RETRY_BACKOFF_MAX_MS, DEFAULT_RETRY_BACKOFF_MS
 from cairnq._ids import new_id
@@ -37,6 +37,7 @@ __all__ = ["Worker", "OnError", "CLAIM_ERROR_BACKOFF_S"]
 
 OnError = Callable[[BaseException, dict[str, Any]], None]
 CLAIM_ERROR_BACKOFF_S = 0.25
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _check_positive(what: str, value: Any, *, allow_none: bool = True) -> None:
@@ -179,6 +180,26 @@ class Worker:
     @property
     def store(self) -> TaskStore:
         return self._store
+
+    @overload
+    def task(
+        self,
+        name: F,
+        *,
+        batch: Optional[int] = None,
+        resource: Optional[str] = None,
+        concurrency: Optional[int] = None,
+    ) -> F: ...
+
+    @overload
+    def task(
+        self,
+        name: Union[str, TaskDef[Any, Any], None] = None,
+        *,
+        batch: Optional[int] = None,
+        resource: Optional[str] = None,
+        concurrency: Optional[int] = None,
+    ) -> Callable[[F], F]: ...
 
     def task(
         self,

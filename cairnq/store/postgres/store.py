@@ -13,7 +13,7 @@ import asyncio
 import logging
 import re
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional
 
 from cairnq._sql import Statement, load_migrations, load_statements
 from cairnq.errors import SchemaMismatch, SerializationError
@@ -108,7 +108,7 @@ class PostgresStore(TaskStore):
         self._positional: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
         self._executor: Any = None
         self._owns_executor = isinstance(source, str)
-        self._rows: Any = None
+        self._rows: Callable[..., Awaitable[list[Any]]] | None = None
         self._writes: PgWriteBatcher | None = None
         self._listener: Listener | None = None
         self._connect_lock: asyncio.Lock | None = None
@@ -270,7 +270,8 @@ class PostgresStore(TaskStore):
         read = self._statements[name].is_read
         try:
             if read:
-                return await self._rows(text, values)  # type: ignore[no-any-return]
+                assert self._rows is not None
+                return await self._rows(text, values)
             assert self._writes is not None
             return await self._writes.write(text, values)
         except Exception as exc:
@@ -279,7 +280,8 @@ class PostgresStore(TaskStore):
             await self._recover_connections()
             if not read:
                 raise  # a write is never replayed: it may have committed
-            return await self._rows(text, values)  # type: ignore[no-any-return]
+            assert self._rows is not None
+            return await self._rows(text, values)
 
     async def _recover_connections(self) -> None:
         recover = getattr(self._executor, "_recover", None)
@@ -299,11 +301,11 @@ class PostgresStore(TaskStore):
         executor = self._executor or await self._connected()
         try:
             async with executor.transaction() as session:
-                rows_of = _rows_of(session)
+                rows_of: Callable[..., Awaitable[list[Any]]] = _rows_of(session)
 
                 async def fetch(name: str, params: dict[str, Any]) -> list[Any]:
                     text, values = self._bind(name, params)
-                    return await rows_of(text, values)  # type: ignore[no-any-return]
+                    return await rows_of(text, values)
 
                 yield fetch, session
         except Exception as exc:
@@ -325,7 +327,7 @@ class PostgresStore(TaskStore):
             return
         await listener.wait_queued(queues, timeout_ms / 1000)
 
-    async def task_done_wake(self, task_id: str, timeout_ms: int) -> bool:  # type: ignore[override]
+    async def task_done_wake(self, task_id: str, timeout_ms: int) -> bool | None:
         """Sleep up to ``timeout_ms``; returns True early when told the task finished."""
         listener = self._listener
         if listener is None:

@@ -56,6 +56,7 @@ def _make_binder(stmt: Statement) -> Binder:
     derived = [(p, _DERIVED[p]) for p in stmt.params if p in _DERIVED]
     lists = [p for p in stmt.params if p in _LISTS]
     plain = tuple(p for p in stmt.params if p not in _DERIVED and p not in _LISTS)
+    pick: Callable[[dict[str, Any]], Any]
     if len(plain) > 1:
         pick = itemgetter(*plain)
     elif plain:
@@ -279,8 +280,9 @@ class SQLiteStore(TaskStore):
     async def claim_wake(self, queues: list[str], timeout_ms: int) -> None:
         await self._wait_for_change(timeout_ms / 1000)
 
-    async def task_done_wake(self, task_id: str, timeout_ms: int) -> None:
+    async def task_done_wake(self, task_id: str, timeout_ms: int) -> bool | None:
         await self._wait_for_change(timeout_ms / 1000)
+        return None  # a change, not necessarily this task's: the waiter re-probes
 
     async def _wait_for_change(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for a commit to the file, by this store (told

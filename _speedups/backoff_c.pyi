@@ -1,0 +1,3 @@
+from typing import Callable
+
+def retry_delay_ms(attempt: int, base_ms: int, max_ms: int, rand: Callable[[], float] = ...) -> int: ...
