@@ -114,19 +114,8 @@ class SqliteEngine:
 
     async def read(self, sql: str, params: Any) -> list[Any]:
         """A read outside any transaction, retried while the database is busy."""
-        if self._in_txn:
-            await self._wait_gate()
-        try:
-            return self.conn.execute(sql, params).fetchall()
-        except sqlite3.OperationalError as exc:
-            if not is_busy(exc):
-                raise
-        policy = BusyPolicy(self.busy_timeout_ms)
+        policy: BusyPolicy | None = None
         while True:
-            delay = policy.next_delay()
-            if delay is None:
-                return self.conn.execute(sql, params).fetchall()  # last try raises
-            await asyncio.sleep(delay)
             if self._in_txn:
                 await self._wait_gate()
             try:
@@ -134,6 +123,11 @@ class SqliteEngine:
             except sqlite3.OperationalError as exc:
                 if not is_busy(exc):
                     raise
+                policy = policy or BusyPolicy(self.busy_timeout_ms)
+                delay = policy.next_delay()
+                if delay is None:
+                    raise
+            await asyncio.sleep(delay)
 
     # -- group-committed writes -------------------------------------------
 

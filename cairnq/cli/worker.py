@@ -1,0 +1,172 @@
+"""``cairnq worker module:attr``: run a worker process until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import os
+import sys
+from typing import Any
+
+from cairnq.worker import Worker
+
+from cairnq.cli.common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    log,
+    positive_int,
+    resolve_target,
+)
+
+__all__ = ["add_parser", "load_target"]
+
+_EPILOG = """\
+TARGET is module:attr (attr may be dotted). The module is imported with the
+current directory first on sys.path. attr is either
+
+  * a Worker instance, run as it is: its store, queues, lease and poll
+    interval are its own (--db, --queues, --lease-ms and --poll-interval-ms
+    do not apply; --concurrency still caps the calls in flight), e.g.
+
+        # tasks.py                       $ cairnq worker tasks:worker
+        worker = Worker.sqlite("tasks.db", concurrency=8)
+
+        @worker.task("math.square")
+        async def square(ctx, payload):
+            return {"square": payload["n"] ** 2}
+
+  * or a callable taking a Worker (a registration function): the CLI builds
+    the Worker on --db / $CAIRNQ_DB with the flags below and calls attr(worker)
+    to register the handlers, e.g.
+
+        # tasks.py                       $ cairnq --db tasks.db worker tasks:setup
+        async def square(ctx, payload):
+            return {"square": payload["n"] ** 2}
+
+        def setup(worker):
+            worker.register("math.square", square)
+
+The first SIGINT or SIGTERM stops claiming and lets the calls in flight
+finish (exit 0); a second one interrupts.
+"""
+
+
+def add_parser(commands: Any, common: Any) -> None:
+    import argparse as _argparse
+
+    p = commands.add_parser(
+        "worker",
+        parents=[common],
+        help="run handlers from module:attr until SIGINT/SIGTERM",
+        description="Run a worker in this process until SIGINT/SIGTERM (graceful drain).",
+        epilog=_EPILOG,
+        formatter_class=_argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("target", metavar="TARGET", help="module:attr (see below)")
+    p.add_argument(
+        "--queues", default=None, help="comma-separated queues to claim from (default: default)"
+    )
+    p.add_argument(
+        "--concurrency", type=positive_int, default=None, help="handler calls in flight (default 1)"
+    )
+    p.add_argument(
+        "--lease-ms", type=positive_int, default=None, help="lease per claim (default 30000)"
+    )
+    p.add_argument(
+        "--poll-interval-ms",
+        type=positive_int,
+        default=None,
+        help="longest idle wait between claims (default 500)",
+    )
+    p.set_defaults(run=run, parser=p)
+
+
+def load_target(spec: str) -> Any:
+    """Import ``module:attr`` with the current directory on sys.path."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise CliError(f"TARGET must be module:attr, got {spec!r}", EXIT_USAGE)
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        log.debug("import of %s failed", module_name, exc_info=True)
+        raise CliError(f"cannot import {module_name!r}: {exc}", EXIT_USAGE) from exc
+    value: Any = module
+    for part in attr.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise CliError(f"module {module_name!r} has no attribute {attr!r}", EXIT_USAGE) from None
+    return value
+
+
+def _queues(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    queues = [q.strip() for q in text.split(",") if q.strip()]
+    if not queues:
+        raise CliError("--queues needs at least one queue name", EXIT_USAGE)
+    return queues
+
+
+def run(args: argparse.Namespace) -> int:
+    queues = _queues(args.queues)
+    target = load_target(args.target)
+    if isinstance(target, Worker):
+        fixed = [
+            flag
+            for flag, value in (
+                ("--queues", args.queues),
+                ("--lease-ms", args.lease_ms),
+                ("--poll-interval-ms", args.poll_interval_ms),
+            )
+            if value is not None
+        ]
+        if fixed:
+            raise CliError(
+                f"{', '.join(fixed)}: {args.target} is a Worker instance; configure it in code",
+                EXIT_USAGE,
+            )
+        if getattr(args, "db_target", None):
+            log.warning("--db ignored: %s is a Worker with a store of its own", args.target)
+        worker = target
+    elif callable(target):
+        if inspect.iscoroutinefunction(target):
+            raise CliError(
+                f"{args.target} must be a plain function taking the worker, not async", EXIT_USAGE
+            )
+        worker = _build_worker(args, queues)
+        target(worker)
+    else:
+        raise CliError(
+            f"{args.target} is a {type(target).__name__}: expected a Worker or a function "
+            "taking one",
+            EXIT_USAGE,
+        )
+    log.info(
+        "worker %s serving (%s)", worker.worker_id, getattr(worker.store, "path", "postgres")
+    )
+    worker.serve(concurrency=args.concurrency)
+    log.info("worker %s stopped", worker.worker_id)
+    return EXIT_OK
+
+
+def _build_worker(args: argparse.Namespace, queues: list[str] | None) -> Worker:
+    target = resolve_target(args)
+    kwargs: dict[str, Any] = {}
+    if queues is not None:
+        kwargs["queues"] = queues
+    if args.concurrency is not None:
+        kwargs["concurrency"] = args.concurrency
+    if args.lease_ms is not None:
+        kwargs["lease_ms"] = args.lease_ms
+    if args.poll_interval_ms is not None:
+        kwargs["poll_interval_ms"] = args.poll_interval_ms
+    if target.is_postgres:
+        return Worker.postgres(target.location, **kwargs)
+    return Worker.sqlite(target.location, **kwargs)
