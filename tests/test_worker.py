@@ -1344,16 +1344,16 @@ async def test_on_error_heartbeat_failure(backend) -> None:
         on_error=lambda exc, info: errors.append((exc, info)),
     )
     boom = RuntimeError("beat boom")
-    orig = w.store.heartbeat_batch
+    orig = w.store._heartbeat_batch  # what the worker's beat calls
     calls = {"n": 0}
 
-    async def heartbeat_batch(**kwargs):
+    async def heartbeat_batch(*args, **kwargs):
         calls["n"] += 1
         if calls["n"] == 1:
             raise boom
-        return await orig(**kwargs)
+        return await orig(*args, **kwargs)
 
-    w.store.heartbeat_batch = heartbeat_batch
+    w.store._heartbeat_batch = heartbeat_batch
 
     @w.task
     async def job(ctx):

@@ -4,6 +4,7 @@ error mapping and output (aligned tables or one JSON document)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -36,6 +37,9 @@ __all__ = [
     "Target",
     "resolve_target",
     "open_client",
+    "probe_postgres",
+    "settle",
+    "log",
     "is_database_error",
     "one_line",
     "fail",
@@ -152,6 +156,20 @@ def one_line(exc: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
+async def probe_postgres(dsn: str, timeout_s: int = 10) -> None:
+    """One plain connection first: a wrong DSN fails at once with the server's
+    own message, instead of after the pool's 30 s of retries."""
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise RuntimeError(
+            "PostgreSQL support needs psycopg 3 and psycopg-pool: pip install 'cairnq[postgres]'"
+        ) from exc
+    kwargs = {} if "connect_timeout" in dsn else {"connect_timeout": timeout_s}
+    conn = await psycopg.AsyncConnection.connect(dsn, **kwargs)
+    await conn.close()
+
+
 @contextlib.asynccontextmanager
 async def open_client(
     args: argparse.Namespace, *, create: bool = True, max_size: int = 2
@@ -168,6 +186,7 @@ async def open_client(
     log.debug("opening %s", target.describe())
     try:
         if target.is_postgres:
+            await probe_postgres(target.location)
             client = CairnQ.postgres(target.location, min_size=1, max_size=max_size)
         else:
             client = CairnQ.sqlite(target.location)
@@ -182,6 +201,16 @@ async def open_client(
     finally:
         with contextlib.suppress(Exception):
             await client.close()
+        await settle()
+
+
+async def settle(timeout_s: float = 2.0) -> None:
+    """Let the tasks a store's close left behind (a listener connection still
+    closing, say) finish, instead of having asyncio.run cancel them midway."""
+    current = asyncio.current_task()
+    pending = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+    if pending:
+        await asyncio.wait(pending, timeout=timeout_s)
 
 
 # -- output ------------------------------------------------------------------------

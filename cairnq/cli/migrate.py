@@ -25,7 +25,9 @@ from cairnq.cli.common import (
     fmt_time,
     log,
     one_line,
+    probe_postgres,
     resolve_target,
+    settle,
     table,
 )
 
@@ -96,6 +98,7 @@ async def _migrate(args: argparse.Namespace) -> int:
     executor = None
     try:
         if target.is_postgres:
+            await probe_postgres(target.location)
             executor = await create_pool_executor(target.location, min_size=1, max_size=2)
         before: set[str] = set()
         if target.is_postgres or target.sqlite_exists():
@@ -119,6 +122,7 @@ async def _migrate(args: argparse.Namespace) -> int:
         if executor is not None:
             with contextlib.suppress(Exception):
                 await executor.close()
+        await settle()
 
     schema = _int_or_none(meta.get("schema_version"))
     migrations = [{"name": str(name), "applied_at_ms": int(at)} for name, at in ledger]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import inspect
 import os
@@ -16,6 +17,7 @@ from cairnq.cli.common import (
     EXIT_USAGE,
     CliError,
     log,
+    open_client,
     positive_int,
     resolve_target,
 )
@@ -54,15 +56,13 @@ finish (exit 0); a second one interrupts.
 
 
 def add_parser(commands: Any, common: Any) -> None:
-    import argparse as _argparse
-
     p = commands.add_parser(
         "worker",
         parents=[common],
         help="run handlers from module:attr until SIGINT/SIGTERM",
         description="Run a worker in this process until SIGINT/SIGTERM (graceful drain).",
         epilog=_EPILOG,
-        formatter_class=_argparse.RawDescriptionHelpFormatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("target", metavar="TARGET", help="module:attr (see below)")
     p.add_argument(
@@ -135,12 +135,21 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, "db_target", None):
             log.warning("--db ignored: %s is a Worker with a store of its own", args.target)
         worker = target
-    elif callable(target):
+    elif callable(target) and not inspect.isclass(target):
         if inspect.iscoroutinefunction(target):
             raise CliError(
                 f"{args.target} must be a plain function taking the worker, not async", EXIT_USAGE
             )
         worker = _build_worker(args, queues)
+        try:
+            inspect.signature(target).bind(worker)
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, TypeError):
+                raise CliError(
+                    f"{args.target} cannot be called with the worker: {exc}", EXIT_USAGE
+                ) from None
+        # Fail fast, with exit 3, on a database that cannot be opened.
+        asyncio.run(_preflight(args))
         target(worker)
     else:
         raise CliError(
@@ -148,12 +157,15 @@ def run(args: argparse.Namespace) -> int:
             "taking one",
             EXIT_USAGE,
         )
-    log.info(
-        "worker %s serving (%s)", worker.worker_id, getattr(worker.store, "path", "postgres")
-    )
+    log.info("worker %s serving on %r", worker.worker_id, worker.store)
     worker.serve(concurrency=args.concurrency)
     log.info("worker %s stopped", worker.worker_id)
     return EXIT_OK
+
+
+async def _preflight(args: argparse.Namespace) -> None:
+    async with open_client(args, max_size=1):
+        pass
 
 
 def _build_worker(args: argparse.Namespace, queues: list[str] | None) -> Worker:

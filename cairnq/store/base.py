@@ -175,8 +175,14 @@ class TaskStore(ABC):
     async def protocol_version(self) -> int: ...
 
     @abstractmethod
-    async def _fetch(self, name: str, params: dict[str, Any]) -> builtins.list[Any]:
-        """Run statement ``name`` on its own (autocommit) and return its rows."""
+    async def _fetch(
+        self, name: str, params: dict[str, Any], *, ride: bool = False
+    ) -> builtins.list[Any]:
+        """Run statement ``name`` on its own (autocommit) and return its rows.
+
+        ``ride``: a write nobody is waiting on (a worker's settlements and
+        beats); a driver may hold it briefly to commit it with the next
+        transaction instead of on its own."""
 
     @abstractmethod
     def _transaction(self) -> AbstractAsyncContextManager[Fetch]:
@@ -557,10 +563,15 @@ class TaskStore(ABC):
     ) -> dict[str, bool]:
         """Renew every lease in ``task_ids``: ``{id: cancel_requested}`` for each
         one still held. Absent ids lost their lease; this never raises LostLease."""
+        return await self._heartbeat_batch(task_ids, worker_id, lease_ms, ride=False)
+
+    async def _heartbeat_batch(
+        self, task_ids: Sequence[str], worker_id: str, lease_ms: int, *, ride: bool
+    ) -> dict[str, bool]:
         if not task_ids:
             return {}
         params = {"ids": builtins.list(task_ids), "worker_id": worker_id, "lease_ms": lease_ms}
-        return decode_beats(await self._fetch("heartbeat_batch", params))
+        return decode_beats(await self._fetch("heartbeat_batch", params, ride=ride))
 
     async def progress(
         self,
@@ -608,15 +619,17 @@ class TaskStore(ABC):
         Returns ``{id: final status}`` for the tasks settled ("succeeded", or
         "canceled" where a cancel won); a missing id lost its lease. (An
         addition to the 0.15.1 surface; the worker settles drains with it.)"""
-        return await self._complete_many_json(task_ids, worker_id, self._result_json(result))
+        return await self._complete_many_json(
+            task_ids, worker_id, self._result_json(result), ride=False
+        )
 
     async def _complete_many_json(
-        self, task_ids: Sequence[str], worker_id: str, result_json: str | None
+        self, task_ids: Sequence[str], worker_id: str, result_json: str | None, *, ride: bool
     ) -> dict[str, TaskStatus]:
         if not task_ids:
             return {}
         params = {"ids": builtins.list(task_ids), "worker_id": worker_id, "result": result_json}
-        return {row[0]: row[1] for row in await self._fetch("complete_many", params)}
+        return {row[0]: row[1] for row in await self._fetch("complete_many", params, ride=ride)}
 
     async def complete_in(
         self,

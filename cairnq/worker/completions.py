@@ -51,7 +51,7 @@ class Completions:
     async def _settle(self, result_json: Optional[str], waiters: list[_Waiter]) -> None:
         try:
             settled = await self._store._complete_many_json(
-                [task_id for task_id, _ in waiters], self._worker_id, result_json
+                [task_id for task_id, _ in waiters], self._worker_id, result_json, ride=True
             )
         except BaseException as exc:
             for _, future in waiters:

@@ -70,9 +70,7 @@ class Heartbeats:
             return
         ids = list(live)
         try:
-            beats = await self._store.heartbeat_batch(
-                task_ids=ids, worker_id=self._worker_id, lease_ms=self._lease_ms
-            )
+            beats = await self._store._heartbeat_batch(ids, self._worker_id, self._lease_ms, ride=True)
         except Exception as exc:
             self._report(exc, {"phase": "execute", "task_id": ids[0]})
             return

@@ -263,7 +263,7 @@ class PostgresStore(TaskStore):
 
     # -- the driver seam ---------------------------------------------------------
 
-    async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
+    async def _fetch(self, name: str, params: dict[str, Any], *, ride: bool = False) -> list[Any]:
         if self._executor is None:
             await self._connected()
         text, values = self._bind(name, params)

@@ -45,8 +45,6 @@ _DERIVED: dict[str, Callable[[dict[str, Any], int], Any]] = {
 }
 # List-valued parameters travel as JSON array text, expanded with json_each.
 _LISTS = frozenset(("queues", "names", "ids"))
-# Worker bookkeeping nobody waits on: it may ride in the next claim's commit.
-_DEFERRABLE = frozenset(("complete_many", "heartbeat_batch"))
 
 Binder = Callable[[dict[str, Any]], dict[str, Any]]
 Echo = Callable[[dict[str, Any]], tuple[Any, ...]]
@@ -235,7 +233,7 @@ class SQLiteStore(TaskStore):
 
     # -- the driver seam -----------------------------------------------------
 
-    async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
+    async def _fetch(self, name: str, params: dict[str, Any], *, ride: bool = False) -> list[Any]:
         engine = self._engine
         if engine is None or self._closing:
             engine = await self._connected_or_closed()
@@ -248,7 +246,7 @@ class SQLiteStore(TaskStore):
             return await engine.read(sql, bound)
         echo = self._echoes.get(name)
         if echo is None:
-            return await engine.write(sql, bound, defer=name in _DEFERRABLE)
+            return await engine.write(sql, bound, defer=ride)
         await engine.write(sql, bound)
         return [echo(bound)]
 
