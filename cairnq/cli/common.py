@@ -13,7 +13,8 @@ import os
 import sqlite3
 import sys
 import time
-from typing import Any, AsyncIterator, Iterable, Optional, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any
 
 from cairnq.client import CairnQ
 from cairnq.errors import (
@@ -27,31 +28,30 @@ from cairnq.models import Task
 log = logging.getLogger("cairnq.cli")
 
 __all__ = [
-    "EXIT_OK",
-    "EXIT_FAILED",
-    "EXIT_USAGE",
-    "EXIT_DATABASE",
     "ENV_DB",
+    "EXIT_DATABASE",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
     "CliError",
     "DatabaseError",
     "Target",
-    "resolve_target",
-    "open_client",
-    "probe_postgres",
-    "settle",
-    "log",
-    "is_database_error",
-    "one_line",
-    "fail",
-    "emit_json",
-    "task_dict",
-    "table",
-    "fmt_time",
-    "fmt_duration",
-    "progress_bar",
-    "non_negative_int",
-    "positive_int",
     "any_int",
+    "emit_json",
+    "fail",
+    "fmt_duration",
+    "fmt_time",
+    "is_database_error",
+    "log",
+    "non_negative_int",
+    "one_line",
+    "open_client",
+    "positive_int",
+    "progress_bar",
+    "resolve_target",
+    "settle",
+    "table",
+    "task_dict",
 ]
 
 EXIT_OK = 0  # success
@@ -156,20 +156,6 @@ def one_line(exc: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
-async def probe_postgres(dsn: str, timeout_s: int = 10) -> None:
-    """One plain connection first: a wrong DSN fails at once with the server's
-    own message, instead of after the pool's 30 s of retries."""
-    try:
-        import psycopg
-    except ImportError as exc:
-        raise RuntimeError(
-            "PostgreSQL support needs psycopg 3 and psycopg-pool: pip install 'cairnq[postgres]'"
-        ) from exc
-    kwargs = {} if "connect_timeout" in dsn else {"connect_timeout": timeout_s}
-    conn = await psycopg.AsyncConnection.connect(dsn, **kwargs)
-    await conn.close()
-
-
 @contextlib.asynccontextmanager
 async def open_client(
     args: argparse.Namespace, *, create: bool = True, max_size: int = 2
@@ -186,7 +172,6 @@ async def open_client(
     log.debug("opening %s", target.describe())
     try:
         if target.is_postgres:
-            await probe_postgres(target.location)
             client = CairnQ.postgres(target.location, min_size=1, max_size=max_size)
         else:
             client = CairnQ.sqlite(target.location)
@@ -249,7 +234,7 @@ def table(
     return lines
 
 
-def fmt_time(ms: Optional[int]) -> str:
+def fmt_time(ms: int | None) -> str:
     if ms is None:
         return "-"
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
@@ -266,12 +251,12 @@ def fmt_duration(ms: float) -> str:
     return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
 
 
-def progress_bar(progress: Optional[float], message: Optional[str], width: int = 10) -> str:
+def progress_bar(progress: float | None, message: str | None, width: int = 10) -> str:
     """``[#####.....] 50% message``; progress is a fraction (0..1), clamped."""
     if progress is None:
         return message or ""
     fraction = min(1.0, max(0.0, float(progress)))
-    filled = int(round(fraction * width))
+    filled = round(fraction * width)
     bar = f"[{'#' * filled}{'.' * (width - filled)}] {int(fraction * 100 + 1e-6)}%"
     return f"{bar} {message}" if message else bar
 
@@ -279,7 +264,7 @@ def progress_bar(progress: Optional[float], message: Optional[str], width: int =
 # -- argparse value types -------------------------------------------------------------
 
 
-def _int_type(minimum: Optional[int], what: str) -> Any:
+def _int_type(minimum: int | None, what: str) -> Any:
     def parse(text: str) -> int:
         try:
             value = int(text)

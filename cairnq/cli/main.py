@@ -10,7 +10,7 @@ import argparse
 import logging
 import os
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from cairnq.cli import demo, migrate, tasks, top, worker
 from cairnq.cli.common import (
@@ -24,7 +24,7 @@ from cairnq.cli.common import (
     one_line,
 )
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main"]
 
 _EPILOG = f"""\
 database:
@@ -104,13 +104,15 @@ class _Logging:
     """Route the ``cairnq`` loggers to stderr at the asked level, for the
     duration of one ``main()`` call (restored afterwards)."""
 
-    def __init__(self, verbose: int, level_name: Optional[str]) -> None:
+    def __init__(self, verbose: int, level_name: str | None) -> None:
         self.logger = logging.getLogger("cairnq")
-        self.handler: Optional[logging.Handler] = None
+        self.handler: logging.Handler | None = None
         if level_name is None and not verbose:
             return  # untouched: warnings still reach stderr (logging's last resort)
-        level = getattr(logging, level_name) if level_name else (
-            logging.INFO if verbose == 1 else logging.DEBUG
+        level = (
+            getattr(logging, level_name)
+            if level_name
+            else (logging.INFO if verbose == 1 else logging.DEBUG)
         )
         self.saved = (self.logger.level, self.logger.propagate)
         self.handler = logging.StreamHandler(sys.stderr)
@@ -129,7 +131,7 @@ class _Logging:
             self.handler = None
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -1,10 +1,7 @@
 """``cairnq migrate``: bring a database up to date and report where it stands.
 
 Migrations run whenever a store connects; this command connects, then reads
-the versions and the migration ledger. The protocol statements have no read
-of the ledger or of ``schema_version``, so those two reads are done here
-(read-only, on a connection of their own for SQLite, on the store's own
-executor for Postgres).
+the versions and the migration ledger through the store.
 """
 
 from __future__ import annotations
@@ -12,29 +9,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import sqlite3
-from typing import Any, Optional
+from typing import Any
 
 from cairnq import CairnQ, PostgresStore, create_pool_executor
-
 from cairnq.cli.common import (
     EXIT_OK,
     DatabaseError,
-    Target,
     emit_json,
     fmt_time,
     log,
     one_line,
-    probe_postgres,
     resolve_target,
     settle,
     table,
 )
 
 __all__ = ["add_parser"]
-
-_LEDGER_SQL = "select name, applied_at_ms from cairnq_migrations order by name"
-_META_SQL = "select key, value from cairnq_meta"
 
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -50,42 +40,6 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run, parser=p)
 
 
-# -- reading the ledger and meta ------------------------------------------------------
-
-
-def _sqlite_read(path: str, sql: str) -> list[tuple[Any, ...]]:
-    """Rows of one read on a private connection; [] if the table is absent."""
-    uri = path.startswith("file:")
-    conn = sqlite3.connect(path, uri=uri)
-    try:
-        try:
-            return [tuple(r) for r in conn.execute(sql).fetchall()]
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                return []
-            raise
-    finally:
-        conn.close()
-
-
-async def _pg_read(executor: Any, sql: str) -> list[tuple[Any, ...]]:
-    try:
-        rows = await executor.query(sql, [])
-    except Exception as exc:
-        if "does not exist" in str(exc):  # undefined_table on a brand-new database
-            return []
-        raise
-    return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
-
-
-async def _read(target: Target, executor: Any, sql: str) -> list[tuple[Any, ...]]:
-    if executor is not None:
-        return await _pg_read(executor, sql)
-    if target.location in ("", ":memory:"):
-        return []  # a private in-memory database: nothing to read from outside
-    return await asyncio.to_thread(_sqlite_read, target.location, sql)
-
-
 # -- the command --------------------------------------------------------------------------
 
 
@@ -98,20 +52,18 @@ async def _migrate(args: argparse.Namespace) -> int:
     executor = None
     try:
         if target.is_postgres:
-            await probe_postgres(target.location)
             executor = await create_pool_executor(target.location, min_size=1, max_size=2)
-        before: set[str] = set()
-        if target.is_postgres or target.sqlite_exists():
-            before = {r[0] for r in await _read(target, executor, _LEDGER_SQL)}
         if executor is not None:
             client = CairnQ(PostgresStore(executor))
         else:
             client = CairnQ.sqlite(target.location)
         try:
             await client.connect()
-            protocol = await client.store.protocol_version()
-            ledger = await _read(target, executor, _LEDGER_SQL)
-            meta = dict(await _read(target, executor, _META_SQL))
+            store = client.store
+            protocol = await store.protocol_version()
+            schema: int | None = await store.schema_version()
+            ledger = await store.applied_migrations()
+            applied = list(getattr(store, "migrations_applied", []))
         finally:
             with contextlib.suppress(Exception):
                 await client.close()
@@ -124,9 +76,9 @@ async def _migrate(args: argparse.Namespace) -> int:
                 await executor.close()
         await settle()
 
-    schema = _int_or_none(meta.get("schema_version"))
-    migrations = [{"name": str(name), "applied_at_ms": int(at)} for name, at in ledger]
-    applied = [m["name"] for m in migrations if m["name"] not in before]
+    migrations: list[dict[str, Any]] = [
+        {"name": str(name), "applied_at_ms": int(at)} for name, at in ledger
+    ]
     if args.json:
         emit_json(
             {
@@ -148,9 +100,3 @@ async def _migrate(args: argparse.Namespace) -> int:
     print("\n".join(table(("MIGRATION", "APPLIED"), rows)))
     return EXIT_OK
 
-
-def _int_or_none(value: Optional[str]) -> Optional[int]:
-    try:
-        return None if value is None else int(value)
-    except ValueError:
-        return None

@@ -7,12 +7,7 @@ import asyncio
 import json
 import sys
 import time
-from typing import Any, Optional
-
-from cairnq.client import CairnQ
-from cairnq.errors import AlreadyExists, QueueFull, SerializationError, TaskTimeout
-from cairnq.models import STATUSES, TERMINAL, Task
-from cairnq.store.base import CONFLICTS
+from typing import Any
 
 from cairnq.cli.common import (
     EXIT_FAILED,
@@ -21,8 +16,8 @@ from cairnq.cli.common import (
     any_int,
     emit_json,
     fail,
-    log,
     fmt_time,
+    log,
     non_negative_int,
     open_client,
     positive_int,
@@ -30,6 +25,10 @@ from cairnq.cli.common import (
     table,
     task_dict,
 )
+from cairnq.client import CairnQ
+from cairnq.errors import AlreadyExists, QueueFull, SerializationError, TaskTimeout
+from cairnq.models import STATUSES, TERMINAL, Task
+from cairnq.store.base import CONFLICTS
 
 __all__ = ["add_parsers"]
 
@@ -93,9 +92,7 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--offset", type=non_negative_int, default=0)
     p.set_defaults(run=run_list, parser=p)
 
-    p = commands.add_parser(
-        "stats", parents=[common], help="task counts per queue and status"
-    )
+    p = commands.add_parser("stats", parents=[common], help="task counts per queue and status")
     p.add_argument("--queue", help="only this queue")
     p.set_defaults(run=run_stats, parser=p)
 
@@ -117,9 +114,7 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         "or in another status.",
     )
     _id_or_key(p)
-    p.add_argument(
-        "--reset-attempt", action="store_true", help="start the attempt count over at 0"
-    )
+    p.add_argument("--reset-attempt", action="store_true", help="start the attempt count over at 0")
     p.set_defaults(run=run_retry, parser=p)
 
     p = commands.add_parser(
@@ -148,13 +143,13 @@ def _id_or_key(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key", help="find the task by its key instead")
 
 
-def _subject(args: argparse.Namespace) -> tuple[Optional[str], Optional[str]]:
+def _subject(args: argparse.Namespace) -> tuple[str | None, str | None]:
     if (args.task_id is None) == (args.key is None):
         args.parser.error("give a task ID or --key, not both")  # exits 2
     return args.task_id, args.key
 
 
-def _not_found(task_id: Optional[str], key: Optional[str]) -> str:
+def _not_found(task_id: str | None, key: str | None) -> str:
     return f"task {task_id} not found" if task_id is not None else f"no task with key {key!r}"
 
 
@@ -348,15 +343,13 @@ def _print_changed(args: argparse.Namespace, task: Task) -> None:
     if args.json:
         emit_json(task_dict(task))
         return
-    status = task.status
+    status: str = task.status
     if task.running and task.cancel_requested:
         status = "running (cancel requested)"
     print(f"{task.id} {status}")
 
 
-async def _explain_none(
-    client: CairnQ, task_id: Optional[str], key: Optional[str], allowed: str
-) -> str:
+async def _explain_none(client: CairnQ, task_id: str | None, key: str | None, allowed: str) -> str:
     found = await (client.get(task_id) if task_id is not None else client.get_by_key(key))  # type: ignore[arg-type]
     if found is None:
         return _not_found(task_id, key)

@@ -16,9 +16,7 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
-
-from cairnq.models import STATUSES, TERMINAL, Task
+from typing import Any
 
 from cairnq.cli.common import (
     EXIT_OK,
@@ -35,8 +33,9 @@ from cairnq.cli.common import (
     table,
     task_dict,
 )
+from cairnq.models import STATUSES, TERMINAL, Task
 
-__all__ = ["add_parser", "Sample", "render"]
+__all__ = ["Sample", "add_parser", "render"]
 
 RUNNING_LIMIT = 20
 _HOME, _CLEAR_SCREEN, _CLEAR_LINE, _CLEAR_BELOW = "\x1b[H", "\x1b[2J", "\x1b[K", "\x1b[J"
@@ -68,16 +67,16 @@ class Sample:
     at_ms: int  # wall clock, for ages
     stats: dict[str, dict[str, int]]
     running: list[Task]
-    error: Optional[str] = None
-    throughput: dict[str, Optional[float]] = field(default_factory=dict)
+    error: str | None = None
+    throughput: dict[str, float | None] = field(default_factory=dict)
 
 
 def _finished(counts: dict[str, int]) -> int:
     return sum(counts.get(s, 0) for s in TERMINAL)
 
 
-def _throughput(now: Sample, previous: Optional[Sample]) -> dict[str, Optional[float]]:
-    out: dict[str, Optional[float]] = {}
+def _throughput(now: Sample, previous: Sample | None) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
     for queue, counts in now.stats.items():
         before = previous.stats.get(queue) if previous is not None else None
         elapsed = now.at - previous.at if previous is not None else 0.0
@@ -89,10 +88,10 @@ def _throughput(now: Sample, previous: Optional[Sample]) -> dict[str, Optional[f
     return out
 
 
-def _short_worker(worker_id: Optional[str]) -> str:
+def _short_worker(worker_id: str | None) -> str:
     if not worker_id:
         return "-"
-    return worker_id if len(worker_id) <= 16 else "…" + worker_id[-12:]
+    return worker_id if len(worker_id) <= 16 else "~" + worker_id[-12:]
 
 
 def render(sample: Sample, header: str) -> list[str]:
@@ -129,11 +128,14 @@ def render(sample: Sample, header: str) -> list[str]:
             f"{t.attempt}/{t.max_attempts}",
             _short_worker(t.worker_id),
             fmt_duration(sample.at_ms - max(t.created_at_ms, t.run_at_ms)),
-            progress_bar(t.progress, t.message) + (" (cancel requested)" if t.cancel_requested else ""),
+            progress_bar(t.progress, t.message)
+            + (" (cancel requested)" if t.cancel_requested else ""),
         )
         for t in running
     ]
-    lines += table(("QUEUE", "ID", "NAME", "ATTEMPT", "WORKER", "AGE", "PROGRESS"), rows, right=(3, 5))
+    lines += table(
+        ("QUEUE", "ID", "NAME", "ATTEMPT", "WORKER", "AGE", "PROGRESS"), rows, right=(3, 5)
+    )
     return lines
 
 
@@ -152,7 +154,7 @@ def _as_json(sample: Sample) -> dict[str, Any]:
 
 def _fit(lines: list[str]) -> list[str]:
     width = shutil.get_terminal_size((120, 40)).columns
-    return [line if len(line) <= width else line[: max(1, width - 1)] + "…" for line in lines]
+    return [line if len(line) <= width else line[:width] for line in lines]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,14 +169,16 @@ def run(args: argparse.Namespace) -> int:
 async def _top(args: argparse.Namespace) -> int:
     target = resolve_target(args)
     interval = args.interval_ms / 1000
-    previous: Optional[Sample] = None
+    previous: Sample | None = None
     first = True
     async with open_client(args, create=False) as client:
         while True:
             now = Sample(time.monotonic(), int(time.time() * 1000), {}, [])
             try:
                 now.stats = await client.stats(args.queue)  # type: ignore[assignment]
-                now.running = await client.list(status="running", queue=args.queue, limit=RUNNING_LIMIT)
+                now.running = await client.list(
+                    status="running", queue=args.queue, limit=RUNNING_LIMIT
+                )
             except Exception as exc:
                 if args.once or not is_database_error(exc):
                     raise
@@ -189,9 +193,8 @@ async def _top(args: argparse.Namespace) -> int:
                 else:
                     sys.stdout.write(json.dumps(_as_json(now), ensure_ascii=False) + "\n")
             else:
-                header = (
-                    f"cairnq top  {target.describe()}  {fmt_time(now.at_ms)}"
-                    + ("" if args.once else f"  every {fmt_duration(args.interval_ms)}  (Ctrl-C quits)")
+                header = f"cairnq top  {target.describe()}  {fmt_time(now.at_ms)}" + (
+                    "" if args.once else f"  every {fmt_duration(args.interval_ms)}  (Ctrl-C quits)"
                 )
                 lines = render(now, header)
                 if args.once:

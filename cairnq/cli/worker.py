@@ -10,8 +10,6 @@ import os
 import sys
 from typing import Any
 
-from cairnq.worker import Worker
-
 from cairnq.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
@@ -21,6 +19,7 @@ from cairnq.cli.common import (
     positive_int,
     resolve_target,
 )
+from cairnq.worker import Worker
 
 __all__ = ["add_parser", "load_target"]
 
@@ -33,6 +32,8 @@ current directory first on sys.path. attr is either
     do not apply; --concurrency still caps the calls in flight), e.g.
 
         # tasks.py                       $ cairnq worker tasks:worker
+        from cairnq import Worker
+
         worker = Worker.sqlite("tasks.db", concurrency=8)
 
         @worker.task("math.square")
@@ -66,7 +67,10 @@ def add_parser(commands: Any, common: Any) -> None:
     )
     p.add_argument("target", metavar="TARGET", help="module:attr (see below)")
     p.add_argument(
-        "--queues", default=None, help="comma-separated queues to claim from (default: default)"
+        "--queues",
+        metavar="Q1,Q2",
+        default=None,
+        help="comma-separated queues to claim from (default: default)",
     )
     p.add_argument(
         "--concurrency", type=positive_int, default=None, help="handler calls in flight (default 1)"
@@ -101,7 +105,9 @@ def load_target(spec: str) -> Any:
         try:
             value = getattr(value, part)
         except AttributeError:
-            raise CliError(f"module {module_name!r} has no attribute {attr!r}", EXIT_USAGE) from None
+            raise CliError(
+                f"module {module_name!r} has no attribute {attr!r}", EXIT_USAGE
+            ) from None
     return value
 
 

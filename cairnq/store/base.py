@@ -233,6 +233,17 @@ class TaskStore(ABC):
         await asyncio.sleep(timeout_s)
         return False
 
+    async def schema_version(self) -> int:
+        """``cairnq_meta.schema_version`` (0 if absent). Informational: the
+        protocol major is what must match. (An addition to 0.15.1.)"""
+        rows = await self._fetch("schema_version", {})
+        return int(rows[0][0]) if rows else 0
+
+    async def applied_migrations(self) -> builtins.list[tuple[str, int]]:
+        """The migration ledger: ``(file name, applied at ms)``, by name. (An
+        addition to 0.15.1.)"""
+        return [(row[0], int(row[1])) for row in await self._fetch("applied_migrations", {})]
+
     # -- policies installed by the API layer ----------------------------
 
     def use_backpressure(

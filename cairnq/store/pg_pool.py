@@ -25,6 +25,7 @@ log = logging.getLogger("cairnq.store")
 __all__ = ["create_pool_executor", "check_schema_name", "PLAIN_IDENT", "PoolExecutor"]
 
 PLAIN_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
+CONNECT_TIMEOUT_S = 10
 _warned_pure_python = False
 
 
@@ -112,6 +113,7 @@ class PoolExecutor:
     def __init__(self, pool: Any, dsn: str) -> None:
         self._pool = pool
         self._dsn = dsn
+        self._closing: set[asyncio.Task[None]] = set()  # listener connections on their way out
 
     @property
     def pool(self) -> Any:
@@ -191,7 +193,9 @@ class PoolExecutor:
             nonlocal stopped
             stopped = True
             task.cancel()
-            asyncio.get_running_loop().create_task(conn.close())
+            closing = asyncio.get_running_loop().create_task(conn.close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
 
         return stop
 
@@ -201,6 +205,8 @@ class PoolExecutor:
         await self._pool.check()
 
     async def close(self) -> None:
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
         await self._pool.close()
 
 
@@ -215,6 +221,11 @@ async def create_pool_executor(
     from psycopg_pool import AsyncConnectionPool
 
     search_path = f'"{schema}"' if schema is not None else None
+    # One plain connection first: a wrong DSN or a server that is down fails
+    # here, at once and with the server's own message, instead of after the
+    # pool has retried in the background until its timeout.
+    probe = await psycopg.AsyncConnection.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S)
+    await probe.close()
 
     async def configure(conn: Any) -> None:
         _configure_adapters(conn)

@@ -113,6 +113,8 @@ class PostgresStore(TaskStore):
         self._listener: Listener | None = None
         self._connect_lock: asyncio.Lock | None = None
         self._wakeable: set[str] = set()
+        #: Migrations the last connect applied (file names); empty when none were due.
+        self.migrations_applied: list[str] = []
 
     def __repr__(self) -> str:
         where = "executor" if not isinstance(self.source, str) else "dsn"
@@ -199,6 +201,7 @@ class PostgresStore(TaskStore):
                     applied.append(migration.name)
         if applied:
             log.info("applied migrations: %s", ", ".join(applied))
+        self.migrations_applied = applied
 
     async def close(self) -> None:
         if self._sweeper is not None:

@@ -40,7 +40,10 @@ def open_connection(
     synchronous: str | None,
     statements: Mapping[str, Statement],
     migrations: Sequence[Migration],
+    applied: list[str] | None = None,
 ) -> sqlite3.Connection:
+    """An open, migrated, checked connection. ``applied`` collects the names of
+    the migrations this open applied."""
     uri = path.startswith("file:")
     memory = is_memory_path(path)
     if not memory and not uri:
@@ -59,7 +62,9 @@ def open_connection(
         conn.execute("pragma foreign_keys = on")  # the key rows' cascade needs it
         if synchronous is not None:
             conn.execute(f"pragma synchronous = {synchronous}")
-        run_migrations(conn, statements, migrations)
+        done = run_migrations(conn, statements, migrations)
+        if applied is not None:
+            applied.extend(done)
         try:
             refresh_statistics(conn, statements)
         except sqlite3.Error:

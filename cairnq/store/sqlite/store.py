@@ -157,6 +157,8 @@ class SQLiteStore(TaskStore):
         self._memory_lost = False
         self._statistics_due = 0.0
         self._maintenance: asyncio.Task[None] | None = None
+        #: Migrations the last connect applied (file names); empty when none were due.
+        self.migrations_applied: list[str] = []
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
@@ -180,6 +182,7 @@ class SQLiteStore(TaskStore):
             if self._engine is not None:
                 return self._engine
             generation = self._generation
+            applied: list[str] = []
             conn = await asyncio.to_thread(
                 open_connection,
                 self.path,
@@ -187,7 +190,9 @@ class SQLiteStore(TaskStore):
                 synchronous=self.synchronous,
                 statements=self._statements,
                 migrations=load_migrations("sqlite"),
+                applied=applied,
             )
+            self.migrations_applied = applied
             if generation != self._generation or self._closing:
                 conn.close()
                 raise RuntimeError("store was closed while connecting")
