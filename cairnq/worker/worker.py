@@ -128,6 +128,7 @@ class Worker:
         self._call_done: asyncio.Event | None = None
         self._in_use: Counter[str] = Counter()
         self._in_flight_bytes = 0
+        self._avg_payload_bytes: float | None = None
         self._heartbeats: Heartbeats | None = None
 
     # -- factories ------------------------------------------------------------
@@ -295,7 +296,9 @@ class Worker:
         assert stop is not None and self._call_done is not None
         while not self._stopping:
             free = limit - self._running
-            if free <= 0 or self._over_byte_budget():
+            if free > 0 and self._max_in_flight_bytes is not None:
+                free = min(free, self._calls_within_byte_budget())
+            if free <= 0:
                 self._call_done.clear()
                 await self._first_of(self._call_done.wait(), stop.wait())
                 continue
@@ -342,9 +345,21 @@ class Worker:
                     t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _over_byte_budget(self) -> bool:
-        budget = self._max_in_flight_bytes
-        return budget is not None and self._in_flight_bytes >= budget
+    def _calls_within_byte_budget(self) -> int:
+        """How many calls the next claim may start under max_in_flight_bytes.
+
+        Payload sizes are unknown until claimed, so the quota comes from the
+        running average size of the payloads seen so far (one call when there
+        is no average yet): a claim overshoots the budget by about one
+        payload, not by a whole claim's worth.
+        """
+        assert self._max_in_flight_bytes is not None
+        room = self._max_in_flight_bytes - self._in_flight_bytes
+        if room <= 0:
+            return 0
+        if self._avg_payload_bytes is None:
+            return 1
+        return max(1, int(room // max(1.0, self._avg_payload_bytes)))
 
     def _dispatch(self, call: Call) -> None:
         reg, tasks = call
@@ -418,7 +433,13 @@ class Worker:
             return 0
         import orjson
 
-        return sum(len(orjson.dumps(t.payload)) for t in tasks)
+        total = 0
+        for task in tasks:
+            size = len(orjson.dumps(task.payload))
+            total += size
+            avg = self._avg_payload_bytes
+            self._avg_payload_bytes = size if avg is None else 0.8 * avg + 0.2 * size
+        return total
 
     def _report(self, exc: BaseException, info: dict[str, Any]) -> None:
         """Errors the loop survived go to on_error (whose own errors are swallowed)."""
