@@ -34,6 +34,15 @@ from cairnq.errors import (
     UnsupportedBackend,
 )
 from cairnq.models import STATUSES, TERMINAL, Task, TaskRef, TaskStatus
+from cairnq.store.validation import (
+    INT32_MAX,
+    INT32_MIN,
+    check_int,
+    check_status,
+    check_text,
+    unique_names,
+    validate_purge_input,
+)
 
 __all__ = [
     "TaskStore",
@@ -65,8 +74,6 @@ LEASE_EXPIRED_ERROR_JSON = (
 )
 
 _TERMINAL = frozenset(TERMINAL)
-_STATUSES = frozenset(STATUSES)
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1  # priority and attempts are int4 on Postgres
 
 
 class QueueGate(Protocol):
@@ -95,13 +102,6 @@ def dump_json(value: Any) -> str:
     return dumps(value)
 
 
-def validate_purge_input(*, older_than_ms: int, status: str | None, limit: int) -> None:
-    _check_int("older_than_ms", older_than_ms, minimum=0)
-    _check_int("limit", limit, minimum=1)
-    if status is not None and status not in _TERMINAL:
-        raise ValueError(f"purge status must be one of {TERMINAL}, got {status!r}")
-
-
 def claim_statement(queues: Sequence[str], names: Sequence[str] | None) -> str:
     """Which claim variant reaches its index for this draw (all mean the same)."""
     one_queue = len(queues) == 1
@@ -119,41 +119,6 @@ def probe_statement(queues: Sequence[str], names: Sequence[str] | None) -> str:
     if len(queues) == 1 and len(names) == 1:
         return "claimable_probe_one_queue_one_name"
     return "claimable_probe"
-
-
-def _check_int(
-    what: str, value: Any, *, minimum: int | None = None, maximum: int | None = None
-) -> None:
-    if type(value) is not int:  # bool is an int subclass and never meant here
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{what} must be an int, got {type(value).__name__}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{what} must be >= {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{what} must be <= {maximum}, got {value}")
-
-
-def _check_text(what: str, value: Any, *, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if not isinstance(value, str):
-        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
-    if not value:
-        raise ValueError(f"{what} must not be empty")
-
-
-def _check_status(status: Any) -> None:
-    if status is not None and status not in _STATUSES:
-        raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
-
-
-def _unique(values: Sequence[str], what: str) -> list[str]:
-    if isinstance(values, str):
-        raise TypeError(f"{what} must be a list of str, not a str")
-    out = list(dict.fromkeys(values))
-    for v in out:
-        _check_text(f"each of {what}", v)
-    return out
 
 
 class TaskStore(ABC):
@@ -294,23 +259,23 @@ class TaskStore(ABC):
         # Exact-type fast path first: the full checks only run to explain a failure.
         if not (
             type(max_attempts) is int
-            and 1 <= max_attempts <= _INT32_MAX
+            and 1 <= max_attempts <= INT32_MAX
             and type(delay_ms) is int
             and delay_ms >= 0
             and type(priority) is int
-            and _INT32_MIN <= priority <= _INT32_MAX
+            and INT32_MIN <= priority <= INT32_MAX
         ):
-            _check_int("max_attempts", max_attempts, minimum=1, maximum=_INT32_MAX)
-            _check_int("delay_ms", delay_ms, minimum=0)
-            _check_int("priority", priority, minimum=_INT32_MIN, maximum=_INT32_MAX)
+            check_int("max_attempts", max_attempts, minimum=1, maximum=INT32_MAX)
+            check_int("delay_ms", delay_ms, minimum=0)
+            check_int("priority", priority, minimum=INT32_MIN, maximum=INT32_MAX)
         if not (type(name) is str and name and type(queue) is str and queue):
-            _check_text("name", name)
-            _check_text("queue", queue)
+            check_text("name", name)
+            check_text("queue", queue)
         if key is not None or parent_id is not None or root_id is not None or correlation_id is not None:
-            _check_text("key", key, optional=True)
-            _check_text("parent_id", parent_id, optional=True)
-            _check_text("root_id", root_id, optional=True)
-            _check_text("correlation_id", correlation_id, optional=True)
+            check_text("key", key, optional=True)
+            check_text("parent_id", parent_id, optional=True)
+            check_text("root_id", root_id, optional=True)
+            check_text("correlation_id", correlation_id, optional=True)
         if metadata is not None and not isinstance(metadata, dict):
             raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
         # Encoded before anything waits or writes: a bad value costs nothing.
@@ -395,9 +360,9 @@ class TaskStore(ABC):
         limit: int = 100,
         offset: int = 0,
     ) -> builtins.list[Task]:
-        _check_status(status)
-        _check_int("limit", limit, minimum=0)
-        _check_int("offset", offset, minimum=0)
+        check_status(status)
+        check_int("limit", limit, minimum=0)
+        check_int("offset", offset, minimum=0)
         rows = await self._fetch(
             "list",
             {
@@ -425,7 +390,7 @@ class TaskStore(ABC):
         return out
 
     async def queue_depth(self, queue: str, max_depth: int) -> int:
-        _check_int("max_depth", max_depth, minimum=0)
+        check_int("max_depth", max_depth, minimum=0)
         rows = await self._fetch("queue_depth", {"queue": queue, "max_depth": max_depth})
         return int(rows[0][0]) if rows and rows[0][0] is not None else 0
 
@@ -483,10 +448,10 @@ class TaskStore(ABC):
         lease_ms: int,
         names: Sequence[str] | None,
     ) -> dict[str, Any]:
-        _check_int("lease_ms", lease_ms, minimum=1)
-        _check_text("worker_id", worker_id)
-        queues = _unique(queues, "queues")
-        names = None if names is None else _unique(names, "names")
+        check_int("lease_ms", lease_ms, minimum=1)
+        check_text("worker_id", worker_id)
+        queues = unique_names(queues, "queues")
+        names = None if names is None else unique_names(names, "names")
         return {
             "queues": queues,
             "queue": queues[0] if len(queues) == 1 else None,
@@ -525,7 +490,7 @@ class TaskStore(ABC):
 
             async def draw(draw_names: Sequence[str] | None, limit: int) -> builtins.list[Task]:
                 if draw_names is not None:
-                    draw_names = _unique(draw_names, "draw names")
+                    draw_names = unique_names(draw_names, "draw names")
                 if limit <= 0 or (draw_names is not None and not draw_names):
                     return []
                 draw_params = dict(params)
@@ -547,7 +512,7 @@ class TaskStore(ABC):
         names: Sequence[str] | None = None,
     ) -> builtins.list[Task]:
         """One draw of up to ``limit`` tasks (probe, recovery and draw in one go)."""
-        _check_int("limit", limit)
+        check_int("limit", limit)
 
         async def one_draw(draw: ClaimDraw) -> builtins.list[Task]:
             return await draw(None if names is None else builtins.list(names), limit)
@@ -667,7 +632,7 @@ class TaskStore(ABC):
         retryable: bool = True,
         delay_ms: int = 0,
     ) -> Task:
-        _check_int("delay_ms", delay_ms, minimum=0)
+        check_int("delay_ms", delay_ms, minimum=0)
         params = {
             "id": task_id,
             "worker_id": worker_id,

@@ -1,0 +1,64 @@
+"""Argument checks shared by the store's operations: a clear TypeError or
+ValueError before anything is written."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from cairnq.models import STATUSES, TERMINAL
+
+__all__ = [
+    "INT32_MIN",
+    "INT32_MAX",
+    "check_int",
+    "check_text",
+    "check_status",
+    "unique_names",
+    "validate_purge_input",
+]
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1  # priority and attempts are int4 on Postgres
+_TERMINAL = frozenset(TERMINAL)
+_STATUSES = frozenset(STATUSES)
+
+
+def check_int(
+    what: str, value: Any, *, minimum: int | None = None, maximum: int | None = None
+) -> None:
+    if type(value) is not int:  # bool is an int subclass and never meant here
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{what} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{what} must be <= {maximum}, got {value}")
+
+
+def check_text(what: str, value: Any, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+
+
+def check_status(status: Any) -> None:
+    if status is not None and status not in _STATUSES:
+        raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+
+
+def unique_names(values: Sequence[str], what: str) -> list[str]:
+    if isinstance(values, str):
+        raise TypeError(f"{what} must be a list of str, not a str")
+    out = list(dict.fromkeys(values))
+    for v in out:
+        check_text(f"each of {what}", v)
+    return out
+
+
+def validate_purge_input(*, older_than_ms: int, status: str | None, limit: int) -> None:
+    check_int("older_than_ms", older_than_ms, minimum=0)
+    check_int("limit", limit, minimum=1)
+    if status is not None and status not in _TERMINAL:
+        raise ValueError(f"purge status must be one of {TERMINAL}, got {status!r}")
