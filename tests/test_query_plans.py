@@ -120,7 +120,6 @@ async def test_postgres_idle_draws_do_not_walk_the_backlog(fresh_backend, statis
 
     q = backend.client()
     await _fill(q)
-    statements = load_statements("postgres")
     params = _params(0)
     params.update(queues=["empty", "other"], queue="empty", names=["idle", "idle2"], name="idle")
     problems = []

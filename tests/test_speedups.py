@@ -17,7 +17,6 @@ import decimal
 import enum
 import faulthandler
 import json
-import math
 import os
 import random
 import subprocess

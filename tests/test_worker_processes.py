@@ -513,7 +513,7 @@ def ref_client(backend: Any, **args: Any) -> Any:
 
 @pytest.mark.interop
 async def test_reference_client_our_worker(backend, workers) -> None:
-    client = await connected_client(backend)
+    await connected_client(backend)  # migrated before the reference touches it
     ids = await asyncio.to_thread(ref_client, backend, op="submit", n=20, queue="interop")
     assert len(set(ids)) == 20
 

@@ -33,7 +33,7 @@ from cairnq.errors import (
     SerializationError,
     UnsupportedBackend,
 )
-from cairnq.models import STATUSES, TERMINAL, Task, TaskRef, TaskStatus
+from cairnq.models import STATUSES, Task, TaskRef, TaskStatus
 from cairnq.store.validation import (
     INT32_MAX,
     INT32_MIN,
@@ -73,7 +73,6 @@ LEASE_EXPIRED_ERROR_JSON = (
     '"message":"task lease expired and max attempts reached","retryable":false,"details":{}}'
 )
 
-_TERMINAL = frozenset(TERMINAL)
 
 
 class QueueGate(Protocol):
