@@ -17,13 +17,14 @@
     completion, error code and result, and on the key -> task mapping.
 
 Sizes: ``CAIRNQ_PROP_EXAMPLES`` (default 100) for (a);
-``CAIRNQ_PROP_MACHINE_EXAMPLES`` (default 25) and ``CAIRNQ_PROP_STEPS``
-(default 30) for (b). One store per test; tables are emptied between examples.
+``CAIRNQ_PROP_MACHINE_EXAMPLES`` (default 60) and ``CAIRNQ_PROP_STEPS``
+(default 40) for (b). One store per test; tables are emptied between examples.
 """
 
 from __future__ import annotations
 
 import asyncio
+import decimal
 import json
 import os
 import sqlite3
@@ -34,7 +35,13 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import given
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from model import CONFLICTS, TERMINAL, Model, ModelAlreadyExists, ModelLostLease
 
@@ -43,8 +50,8 @@ from cairnq import _speedups
 from cairnq.store.base import TaskStore
 
 PROP_EXAMPLES = int(os.environ.get("CAIRNQ_PROP_EXAMPLES", "100"))
-MACHINE_EXAMPLES = int(os.environ.get("CAIRNQ_PROP_MACHINE_EXAMPLES", "25"))
-MACHINE_STEPS = int(os.environ.get("CAIRNQ_PROP_STEPS", "30"))
+MACHINE_EXAMPLES = int(os.environ.get("CAIRNQ_PROP_MACHINE_EXAMPLES", "60"))
+MACHINE_STEPS = int(os.environ.get("CAIRNQ_PROP_STEPS", "40"))
 
 DECODERS = [("pure", _speedups.pure["rows"].decode_task)]
 if _speedups.compiled is not None:
@@ -154,8 +161,8 @@ def _jsonb_canonical(value: Any) -> Any:
     """What jsonb keeps of a value: key order and the float/int spelling go."""
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else value
+    if isinstance(value, float):  # jsonb keeps the decimal digits json.dumps wrote
+        return int(decimal.Decimal(repr(value))) if value.is_integer() else value
     if isinstance(value, int):
         return value
     if isinstance(value, list):
@@ -236,7 +243,7 @@ def test_any_json_value_round_trips(harness: Harness) -> None:
 WORKERS = ("worker_01MACHINEWORKERA000000000", "worker_01MACHINEWORKERB000000000")
 NAMES = ("alpha", "beta")
 QUEUES = ("q1", "q2")
-KEYS = ("k1", "k2", "k3")
+KEYS = ("k1", "k2")
 LONG_LEASE_MS = 600_000  # never runs out during a test unless expired on purpose
 FAR_DELAY_MS = 3_600_000  # "delayed": never due during a test
 BOGUS_ID = "task_00000000000000000000000000"
@@ -244,8 +251,19 @@ BOGUS_ID = "task_00000000000000000000000000"
 _pick = st.integers(min_value=0, max_value=10_000)
 _worker_choice = st.sampled_from(["owner", "owner", "owner", "other"])
 _results = st.none() | st.integers(0, 99).map(lambda n: {"r": n})
-_queue_sets = st.sampled_from([["q1"], ["q2"], ["q1", "q2"]])
-_name_sets = st.sampled_from([None, None, ["alpha"], ["beta"], ["alpha", "beta"], []])
+_queue_sets = st.sampled_from([["q1"], ["q2"], ["q1", "q2"], ["q1", "q2"]])
+_name_sets = st.sampled_from([None, None, None, None, ["alpha"], ["beta"], ["alpha", "beta"], []])
+_submits = st.fixed_dictionaries(
+    {
+        "name": st.sampled_from(NAMES),
+        "queue": st.sampled_from(QUEUES),
+        "key": st.sampled_from([None, "k1", "k2"]),
+        "conflict": st.sampled_from(CONFLICTS),
+        "max_attempts": st.integers(1, 3),
+        "priority": st.sampled_from([0, 0, 1, -1]),
+        "delayed": st.sampled_from([False, False, False, True]),
+    }
+)
 
 
 def _error(code: str) -> dict[str, Any]:
@@ -253,7 +271,13 @@ def _error(code: str) -> dict[str, Any]:
 
 
 class ProtocolMachine(RuleBasedStateMachine):
-    """One real store and one Model, driven in lockstep."""
+    """One real store and one Model, driven in lockstep.
+
+    Operations pick their target among the tasks where they matter (a retry
+    picks a failed or canceled task, a worker write a running one with a valid
+    lease, claiming one first when there is none), with now and then a wrong
+    worker or an id that does not exist, so the ownership checks and the
+    "no row" paths are exercised too."""
 
     harness: Harness  # set by the test before running
 
@@ -271,13 +295,20 @@ class ProtocolMachine(RuleBasedStateMachine):
     def store(self) -> TaskStore:
         return self.harness.store
 
-    def pick(self, i: int, *, running: bool = False) -> str:
+    def pick(self, i: int, *, where: Optional[Callable[[Any], bool]] = None) -> str:
         ids = sorted(self.model.tasks)
-        if running:
-            ids = [t for t in ids if self.model.tasks[t].status == "running"] or ids
-        if not ids or i % 17 == 16:  # now and then, an id that does not exist
+        if where is not None and i % 4 != 3:  # mostly where it matters, not always
+            ids = [t for t in ids if where(self.model.tasks[t])] or ids
+        if not ids or i % 19 == 18:  # now and then, an id that does not exist
             return BOGUS_ID
-        return ids[i % len(ids)]
+        return ids[(i // 4) % len(ids)]
+
+    def running_task(self, i: int) -> str:
+        """A running task with a valid lease; when there is none, a claim
+        comes first (a worker only writes what it claimed)."""
+        if not any(t.status == "running" and t.lease == "valid" for t in self.model.tasks.values()):
+            self.claim(WORKERS[i % 2], ["q1", "q2"], None, 1 + i % 2)
+        return self.pick(i, where=lambda t: t.status == "running" and t.lease == "valid")
 
     def worker_for(self, task_id: str, choice: str) -> str:
         t = self.model.tasks.get(task_id)
@@ -302,10 +333,16 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     # -- client operations -----------------------------------------------------------------
 
+    @initialize(batch=st.lists(_submits, min_size=2, max_size=6))
+    def some_tasks(self, batch: list[dict[str, Any]]) -> None:
+        """Start from a few tasks, so short runs reach the interesting states."""
+        for args in batch:
+            self.submit(**args)
+
     @rule(
         name=st.sampled_from(NAMES),
         queue=st.sampled_from(QUEUES),
-        key=st.none() | st.sampled_from(KEYS),
+        key=st.sampled_from([None, "k1", "k2", "k1", "k2"]),
         conflict=st.sampled_from(CONFLICTS),
         max_attempts=st.integers(1, 3),
         priority=st.sampled_from([0, 0, 1, -1]),
@@ -332,25 +369,27 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @rule(i=_pick)
     def cancel(self, i: int) -> None:
-        task_id = self.pick(i)
+        task_id = self.pick(i, where=lambda t: t.status in ("queued", "running"))
         task = self.run(self.store.cancel(task_id))
         assert (task.status if task else None) == self.model.cancel(task_id)
 
     @rule(i=_pick, reset=st.booleans())
     def retry(self, i: int, reset: bool) -> None:
-        task_id = self.pick(i)
+        task_id = self.pick(i, where=lambda t: t.status in ("failed", "canceled"))
         task = self.run(self.store.retry(task_id, reset_attempt=reset))
         assert (task.status if task else None) == self.model.retry(task_id, reset_attempt=reset)
+        if task is not None:
+            assert task.attempt == self.model.tasks[task_id].attempt
 
-    @rule(key=st.sampled_from(KEYS))
-    def cancel_by_key(self, key: str) -> None:
-        task = self.run(self.store.cancel_by_key(key))
-        assert (task.status if task else None) == self.model.cancel_by_key(key)
-
-    @rule(key=st.sampled_from(KEYS), reset=st.booleans())
-    def retry_by_key(self, key: str, reset: bool) -> None:
-        task = self.run(self.store.retry_by_key(key, reset_attempt=reset))
-        assert (task.status if task else None) == self.model.retry_by_key(key, reset_attempt=reset)
+    @rule(op=st.sampled_from(["cancel", "retry"]), key=st.sampled_from(KEYS), reset=st.booleans())
+    def by_key(self, op: str, key: str, reset: bool) -> None:
+        if op == "cancel":
+            task = self.run(self.store.cancel_by_key(key))
+            want = self.model.cancel_by_key(key)
+        else:
+            task = self.run(self.store.retry_by_key(key, reset_attempt=reset))
+            want = self.model.retry_by_key(key, reset_attempt=reset)
+        assert (task.status if task else None) == want
 
     @rule(status=st.sampled_from([None, "succeeded", "failed", "canceled"]),
           queue=st.sampled_from([None, "q1"]))  # fmt: skip
@@ -385,24 +424,26 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     # -- worker operations (ownership-checked) ----------------------------------------------------
 
-    @rule(i=_pick, who=_worker_choice, result=_results)
-    def complete(self, i: int, who: str, result: Any) -> None:
-        task_id = self.pick(i, running=True)
+    @rule(
+        op=st.sampled_from(["complete", "complete", "succeed", "complete_many"]),
+        i=_pick,
+        more=st.lists(_pick, max_size=3),
+        who=_worker_choice,
+        result=_results,
+    )
+    def settle(self, op: str, i: int, more: list[int], who: str, result: Any) -> None:
+        task_id = self.running_task(i)
         worker = self.worker_for(task_id, who)
+        if op == "complete_many":
+            ids = list(dict.fromkeys([task_id, *(self.running_task(j) for j in more)]))
+            got = self.run(self.store.complete_many(task_ids=ids, worker_id=worker, result=result))  # type: ignore[attr-defined]
+            assert got == self.model.complete_many(ids, worker, result)
+            return
+        write = self.store.complete if op == "complete" else self.store.succeed
+        settle_model = self.model.complete if op == "complete" else self.model.succeed
         got, want = self.owned_write(
-            lambda: self.store.complete(task_id=task_id, worker_id=worker, result=result),
-            lambda: self.model.complete(task_id, worker, result),
-        )
-        if got is not LostLease:
-            assert got.status == want
-
-    @rule(i=_pick, who=_worker_choice, result=_results)
-    def succeed(self, i: int, who: str, result: Any) -> None:
-        task_id = self.pick(i, running=True)
-        worker = self.worker_for(task_id, who)
-        got, want = self.owned_write(
-            lambda: self.store.succeed(task_id=task_id, worker_id=worker, result=result),
-            lambda: self.model.succeed(task_id, worker, result),
+            lambda: write(task_id=task_id, worker_id=worker, result=result),
+            lambda: settle_model(task_id, worker, result),
         )
         if got is not LostLease:
             assert got.status == want
@@ -415,7 +456,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         code=st.sampled_from(["e1", "e2"]),
     )
     def fail(self, i: int, who: str, retryable: bool, delayed: bool, code: str) -> None:
-        task_id = self.pick(i, running=True)
+        task_id = self.running_task(i)
         worker = self.worker_for(task_id, who)
         got, want = self.owned_write(
             lambda: self.store.fail(task_id=task_id, worker_id=worker, error=_error(code),
@@ -425,10 +466,15 @@ class ProtocolMachine(RuleBasedStateMachine):
         if got is not LostLease:
             assert got.status == want
 
-    @rule(i=_pick, who=_worker_choice)
-    def heartbeat(self, i: int, who: str) -> None:
-        task_id = self.pick(i, running=True)
+    @rule(batch=st.booleans(), i=_pick, more=st.lists(_pick, max_size=3), who=_worker_choice)
+    def heartbeat(self, batch: bool, i: int, more: list[int], who: str) -> None:
+        task_id = self.running_task(i)
         worker = self.worker_for(task_id, who)
+        if batch:
+            ids = list(dict.fromkeys([task_id, *(self.pick(j) for j in more)]))
+            got = self.run(self.store.heartbeat_batch(task_ids=ids, worker_id=worker, lease_ms=LONG_LEASE_MS))
+            assert got == self.model.heartbeat_batch(ids, worker)
+            return
         got, want = self.owned_write(
             lambda: self.store.heartbeat(task_id=task_id, worker_id=worker, lease_ms=LONG_LEASE_MS),
             lambda: self.model.heartbeat(task_id, worker),
@@ -436,22 +482,10 @@ class ProtocolMachine(RuleBasedStateMachine):
         if got is not LostLease:
             assert (got.cancel_requested_at_ms is not None) == want
 
-    @rule(worker=st.sampled_from(WORKERS), picks=st.lists(_pick, max_size=4))
-    def heartbeat_batch(self, worker: str, picks: list[int]) -> None:
-        ids = list(dict.fromkeys(self.pick(i, running=True) for i in picks))
-        got = self.run(self.store.heartbeat_batch(task_ids=ids, worker_id=worker, lease_ms=LONG_LEASE_MS))
-        assert got == self.model.heartbeat_batch(ids, worker)
-
-    @rule(worker=st.sampled_from(WORKERS), picks=st.lists(_pick, min_size=1, max_size=4), result=_results)
-    def complete_many(self, worker: str, picks: list[int], result: Any) -> None:
-        ids = list(dict.fromkeys(self.pick(i, running=True) for i in picks))
-        got = self.run(self.store.complete_many(task_ids=ids, worker_id=worker, result=result))  # type: ignore[attr-defined]
-        assert got == self.model.complete_many(ids, worker, result)
-
     @rule(i=_pick)
     def expire_lease(self, i: int) -> None:
         """Renew the owner's lease for 1 ms, then let it run out."""
-        task_id = self.pick(i, running=True)
+        task_id = self.running_task(i)
         worker = self.worker_for(task_id, "owner")
         got, _ = self.owned_write(
             lambda: self.store.heartbeat(task_id=task_id, worker_id=worker, lease_ms=1),
@@ -464,9 +498,6 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @invariant()
     def agrees_with_model(self) -> None:
-        self.check_agreement()
-
-    def check_agreement(self) -> None:
         rows = self.harness.rows(
             "select id, status, attempt, worker_id, lease_until_ms, cancel_requested_at_ms,"
             " completed_at_ms, error, result from cairnq_tasks"

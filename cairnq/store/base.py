@@ -37,6 +37,8 @@ from cairnq.models import STATUSES, Task, TaskRef, TaskStatus
 from cairnq.store.validation import (
     INT32_MAX,
     INT32_MIN,
+    INT64_MAX,
+    DURATION_MS_MAX,
     check_int,
     check_status,
     check_text,
@@ -260,12 +262,12 @@ class TaskStore(ABC):
             type(max_attempts) is int
             and 1 <= max_attempts <= INT32_MAX
             and type(delay_ms) is int
-            and delay_ms >= 0
+            and 0 <= delay_ms <= DURATION_MS_MAX
             and type(priority) is int
             and INT32_MIN <= priority <= INT32_MAX
         ):
             check_int("max_attempts", max_attempts, minimum=1, maximum=INT32_MAX)
-            check_int("delay_ms", delay_ms, minimum=0)
+            check_int("delay_ms", delay_ms, minimum=0, maximum=DURATION_MS_MAX)
             check_int("priority", priority, minimum=INT32_MIN, maximum=INT32_MAX)
         if not (type(name) is str and name and type(queue) is str and queue):
             check_text("name", name)
@@ -360,8 +362,8 @@ class TaskStore(ABC):
         offset: int = 0,
     ) -> builtins.list[Task]:
         check_status(status)
-        check_int("limit", limit, minimum=0)
-        check_int("offset", offset, minimum=0)
+        check_int("limit", limit, minimum=0, maximum=INT64_MAX)
+        check_int("offset", offset, minimum=0, maximum=INT64_MAX)
         rows = await self._fetch(
             "list",
             {
@@ -389,7 +391,7 @@ class TaskStore(ABC):
         return out
 
     async def queue_depth(self, queue: str, max_depth: int) -> int:
-        check_int("max_depth", max_depth, minimum=0)
+        check_int("max_depth", max_depth, minimum=0, maximum=INT64_MAX)
         rows = await self._fetch("queue_depth", {"queue": queue, "max_depth": max_depth})
         return int(rows[0][0]) if rows and rows[0][0] is not None else 0
 
@@ -447,7 +449,7 @@ class TaskStore(ABC):
         lease_ms: int,
         names: Sequence[str] | None,
     ) -> dict[str, Any]:
-        check_int("lease_ms", lease_ms, minimum=1)
+        check_int("lease_ms", lease_ms, minimum=1, maximum=DURATION_MS_MAX)
         check_text("worker_id", worker_id)
         queues = unique_names(queues, "queues")
         names = None if names is None else unique_names(names, "names")
@@ -530,6 +532,7 @@ class TaskStore(ABC):
         return self._task(rows[0])
 
     async def heartbeat(self, *, task_id: str, worker_id: str, lease_ms: int = 30_000) -> Task:
+        check_int("lease_ms", lease_ms, minimum=1, maximum=DURATION_MS_MAX)
         params = {"id": task_id, "worker_id": worker_id, "lease_ms": lease_ms}
         return await self._owned(task_id, "heartbeat", params)
 
@@ -538,6 +541,7 @@ class TaskStore(ABC):
     ) -> dict[str, bool]:
         """Renew every lease in ``task_ids``: ``{id: cancel_requested}`` for each
         one still held. Absent ids lost their lease; this never raises LostLease."""
+        check_int("lease_ms", lease_ms, minimum=1, maximum=DURATION_MS_MAX)
         return await self._heartbeat_batch(task_ids, worker_id, lease_ms, ride=False)
 
     async def _heartbeat_batch(
@@ -631,7 +635,7 @@ class TaskStore(ABC):
         retryable: bool = True,
         delay_ms: int = 0,
     ) -> Task:
-        check_int("delay_ms", delay_ms, minimum=0)
+        check_int("delay_ms", delay_ms, minimum=0, maximum=DURATION_MS_MAX)
         params = {
             "id": task_id,
             "worker_id": worker_id,

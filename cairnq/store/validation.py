@@ -10,6 +10,8 @@ from cairnq.models import STATUSES, TERMINAL
 __all__ = [
     "INT32_MIN",
     "INT32_MAX",
+    "INT64_MAX",
+    "DURATION_MS_MAX",
     "check_int",
     "check_text",
     "check_status",
@@ -18,6 +20,10 @@ __all__ = [
 ]
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1  # priority and attempts are int4 on Postgres
+INT64_MAX = 2**63 - 1  # counts and limits are int8 on Postgres, INTEGER on SQLite
+# Durations are added to "now" in milliseconds; this keeps the sum inside int8
+# (about 146 million years), so the database never sees an overflow.
+DURATION_MS_MAX = 2**62
 _TERMINAL = frozenset(TERMINAL)
 _STATUSES = frozenset(STATUSES)
 
@@ -58,7 +64,7 @@ def unique_names(values: Sequence[str], what: str) -> list[str]:
 
 
 def validate_purge_input(*, older_than_ms: int, status: str | None, limit: int) -> None:
-    check_int("older_than_ms", older_than_ms, minimum=0)
-    check_int("limit", limit, minimum=1)
+    check_int("older_than_ms", older_than_ms, minimum=0, maximum=DURATION_MS_MAX)
+    check_int("limit", limit, minimum=1, maximum=INT64_MAX)
     if status is not None and status not in _TERMINAL:
         raise ValueError(f"purge status must be one of {TERMINAL}, got {status!r}")

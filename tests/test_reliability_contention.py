@@ -1,0 +1,411 @@
+"""Reliability under contention: one SQLite file, 4 worker processes and 2
+producer processes hammering it at once for ``CAIRNQ_SOAK_SECONDS``.
+
+Every submitted task (producers record each id whose submit returned) must end
+in the terminal state its payload prescribes:
+
+    ok        succeeded at attempt 1
+    fatal     handler raises TaskError (permanent)        -> failed at attempt 1, code "fatal"
+    flaky n   fails retryably n times, then succeeds      -> succeeded at attempt n + 1
+    exhaust   always fails retryably, max_attempts = 2    -> failed at attempt 2, code "handler_error"
+
+none may be lost, no ``SQLITE_BUSY`` / "database is locked" may ever reach a
+caller (producers record every exception they catch; workers record every
+error their loop survives through ``on_error``; the processes' own output is
+scanned too), and no task may run on two workers at once (handlers log start
+and end with wall-clock times and the lease; overlaps are checked per task).
+
+Sizes (environment): ``CAIRNQ_SOAK_SECONDS`` (default 15), ``CAIRNQ_SOAK_RATE``
+(tasks per second per producer, default 100),
+``CAIRNQ_SOAK_LEASE_MS`` (1500; workers beat every third of it), ``CAIRNQ_SOAK_WORKERS`` (4),
+``CAIRNQ_SOAK_PRODUCERS`` (2). Worker and producer processes run under
+``sys.executable`` with the test's tmp dir as cwd (never the repository root).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SECONDS = float(os.environ.get("CAIRNQ_SOAK_SECONDS", "15"))
+RATE = float(os.environ.get("CAIRNQ_SOAK_RATE", "100"))
+N_WORKERS = int(os.environ.get("CAIRNQ_SOAK_WORKERS", "4"))
+N_PRODUCERS = int(os.environ.get("CAIRNQ_SOAK_PRODUCERS", "2"))
+CONCURRENCY = 4
+LEASE_MS = int(os.environ.get("CAIRNQ_SOAK_LEASE_MS", "1500"))
+DRAIN_TIMEOUT_S = 60 + SECONDS
+
+BUSY_MARKERS = ("database is locked", "SQLITE_BUSY", "database table is locked", "SQLITE_LOCKED")
+
+_PRELUDE = """
+import asyncio, json, os, sys, time
+ARGS = json.loads(sys.argv[1])
+
+def append(path, record):
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\\n")
+"""
+
+WORKER_SCRIPT = r'''
+from cairnq import TaskError, Worker
+
+LABEL = ARGS["label"]
+
+
+def record(ctx, event):
+    append(ARGS["log"], {"task": ctx.task_id, "attempt": ctx.attempt, "event": event,
+                         "t": time.time(), "label": LABEL, "pid": os.getpid(),
+                         "lease_ms": ARGS["lease_ms"]})
+
+
+def on_error(exc, info):
+    append(ARGS["errors"], {"who": LABEL, "via": "on_error", "phase": info.get("phase"),
+                            "task": info.get("task_id"), "type": type(exc).__name__,
+                            "message": str(exc)})
+
+
+async def work(ctx, payload):
+    record(ctx, "start")
+    try:
+        await asyncio.sleep(payload.get("sleep", 0))
+        kind = payload["kind"]
+        if kind == "fatal":
+            raise TaskError("permanent failure", code="fatal")
+        if kind == "flaky" and ctx.attempt <= payload["fails"]:
+            raise RuntimeError(f"flaky attempt {ctx.attempt}")
+        if kind == "exhaust":
+            raise RuntimeError("always fails")
+        return {"seq": payload["seq"], "producer": payload["producer"], "by": LABEL}
+    finally:
+        record(ctx, "end")
+
+
+worker = Worker.sqlite(
+    ARGS["target"], queues=["default"], concurrency=ARGS["concurrency"],
+    lease_ms=ARGS["lease_ms"], poll_interval_ms=50, retry_backoff_ms=20,
+    retry_backoff_max_ms=100, on_error=on_error,
+)
+worker.register("work", work)
+worker.serve()
+'''
+
+PRODUCER_SCRIPT = r'''
+import random
+import traceback
+from cairnq import CairnQ
+
+LABEL = ARGS["label"]
+rng = random.Random(ARGS["seed"])
+
+
+def plan(seq):
+    kind = rng.choices(["ok", "fatal", "flaky", "exhaust"], weights=[5, 1, 3, 1])[0]
+    payload = {"kind": kind, "seq": seq, "producer": LABEL, "sleep": round(rng.uniform(0, 0.01), 4)}
+    max_attempts = 3
+    if kind == "flaky":
+        payload["fails"] = rng.randint(1, 2)
+    if kind == "exhaust":
+        max_attempts = 2
+    key = f"{LABEL}-{seq}" if rng.random() < 0.3 else None
+    return payload, max_attempts, key
+
+
+def failed(where, exc):
+    append(ARGS["errors"], {"who": LABEL, "via": where, "type": type(exc).__name__,
+                            "message": str(exc), "trace": traceback.format_exc()[-800:]})
+
+
+async def main():
+    q = CairnQ.sqlite(ARGS["target"])
+    deadline = time.monotonic() + ARGS["seconds"]
+    started = time.monotonic()
+    seq, ids = 0, []
+    while time.monotonic() < deadline:
+        burst = []
+        for _ in range(rng.randint(1, 8)):
+            seq += 1
+            burst.append(plan(seq))
+
+        async def one(payload, max_attempts, key):
+            try:
+                t = await q.submit("work", payload, key=key, max_attempts=max_attempts,
+                                   priority=rng.randint(0, 2))
+            except Exception as exc:
+                failed("submit", exc)
+                return
+            ids.append(t.id)
+            append(ARGS["ids"], {"id": t.id, "payload": payload, "max_attempts": max_attempts,
+                                 "key": key, "status": t.status})
+
+        await asyncio.gather(*(one(*b) for b in burst))  # concurrent: group commit + keyed txns
+        try:  # reads under the same contention
+            await q.stats("default")
+            if ids:
+                await q.get_status(rng.choice(ids))
+                await q.get(rng.choice(ids))
+        except Exception as exc:
+            failed("read", exc)
+        # pace to RATE tasks per second
+        ahead = seq / ARGS["rate"] - (time.monotonic() - started)
+        if ahead > 0:
+            await asyncio.sleep(ahead)
+    await q.close()
+
+asyncio.run(main())
+'''
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass  # a line still being written
+    return out
+
+
+class Procs:
+    """Subprocesses of one test; survivors are killed by pid at the end."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.started: list[tuple[str, subprocess.Popen[Any], Path]] = []
+
+    def start(self, label: str, script: str, args: dict[str, Any]) -> subprocess.Popen[Any]:
+        out = self.tmp_path / f"{label}.out"
+        with open(out, "w") as sink:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _PRELUDE + script, json.dumps(args)],
+                cwd=str(self.tmp_path),
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        self.started.append((label, proc, out))
+        return proc
+
+    def outputs(self) -> dict[str, str]:
+        return {label: out.read_text() for label, _, out in self.started if out.exists()}
+
+    def cleanup(self) -> None:
+        for _, proc, _ in self.started:
+            if proc.poll() is None:
+                proc.kill()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Any:
+    p = Procs(tmp_path)
+    try:
+        yield p
+    finally:
+        p.cleanup()
+
+
+async def wait_exit(proc: subprocess.Popen[Any], timeout: float, what: str, outputs: Any) -> int:
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} still running after {timeout}s:\n{outputs()}")
+        await asyncio.sleep(0.05)
+    return proc.returncode
+
+
+def expected_outcome(record: dict[str, Any]) -> tuple[str, int, str | None]:
+    """(status, attempt, error code) the payload prescribes."""
+    payload = record["payload"]
+    kind = payload["kind"]
+    if kind == "ok":
+        return "succeeded", 1, None
+    if kind == "fatal":
+        return "failed", 1, "fatal"
+    if kind == "flaky":
+        return "succeeded", payload["fails"] + 1, None
+    if kind == "exhaust":
+        return "failed", record["max_attempts"], "handler_error"
+    raise AssertionError(kind)
+
+
+def executions(log: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per task, one entry per handler call: attempt, label, start, end (or None)."""
+    calls: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for ev in log:
+        k = (ev["task"], ev["label"], ev["attempt"])
+        if ev["event"] == "start":
+            if k in calls:  # the same worker ran the same attempt twice: keep both
+                k = (ev["task"], ev["label"] + "#dup", ev["attempt"])
+            calls[k] = {"attempt": ev["attempt"], "label": ev["label"], "start": ev["t"],
+                        "end": None, "lease_ms": ev["lease_ms"]}  # fmt: skip
+        elif k in calls:
+            calls[k]["end"] = ev["t"]
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for (task, _, _), call in calls.items():
+        out[task].append(call)
+    for runs in out.values():
+        runs.sort(key=lambda c: c["start"])
+    return out
+
+
+def overlapping(runs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Pairs of calls of one task that overlap in time while the first one's
+    lease could not yet have run out (it is at least lease_ms from its claim,
+    which came before its start)."""
+    bad = []
+    for i, a in enumerate(runs):
+        a_end = a["end"] if a["end"] is not None else float("inf")
+        for b in runs[i + 1 :]:
+            if b["start"] < a_end and b["start"] < a["start"] + a["lease_ms"] / 1000:
+                bad.append((a, b))
+    return bad
+
+
+async def test_sqlite_contention_4_workers_2_producers(tmp_path: Path, procs: Procs) -> None:
+    db = tmp_path / "tasks.db"
+    log, errors = tmp_path / "executions.jsonl", tmp_path / "errors.jsonl"
+
+    # The schema exists before anyone else opens the file.
+    from cairnq import CairnQ
+
+    client = CairnQ.sqlite(str(db))
+    await client.connect()
+    await client.close()
+
+    workers = [
+        procs.start(
+            f"worker-{i}",
+            WORKER_SCRIPT,
+            {"target": str(db), "label": f"W{i}", "log": str(log), "errors": str(errors),
+             "concurrency": CONCURRENCY, "lease_ms": LEASE_MS},
+        )  # fmt: skip
+        for i in range(N_WORKERS)
+    ]
+    producers = [
+        procs.start(
+            f"producer-{i}",
+            PRODUCER_SCRIPT,
+            {"target": str(db), "label": f"P{i}", "ids": str(tmp_path / f"ids-{i}.jsonl"),
+             "errors": str(errors), "seconds": SECONDS, "rate": RATE, "seed": 1000 + i},
+        )  # fmt: skip
+        for i in range(N_PRODUCERS)
+    ]
+    started = time.monotonic()
+    for p in producers:
+        code = await wait_exit(p, SECONDS + 60, "producer", procs.outputs)
+        assert code == 0, procs.outputs()
+    produce_s = time.monotonic() - started
+
+    submitted: dict[str, dict[str, Any]] = {}
+    for i in range(N_PRODUCERS):
+        for rec in read_jsonl(tmp_path / f"ids-{i}.jsonl"):
+            assert rec["id"] not in submitted, f"two submits returned the same id: {rec}"
+            submitted[rec["id"]] = rec
+    assert submitted, procs.outputs()
+
+    # Drain: every submitted task reaches a terminal state.
+    raw = sqlite3.connect(str(db), isolation_level=None)
+    raw.execute("pragma busy_timeout = 10000")
+    try:
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while True:
+            unfinished = raw.execute(
+                "select count(*) from cairnq_tasks where status in ('queued', 'running')"
+            ).fetchone()[0]
+            if unfinished == 0:
+                break
+            assert time.monotonic() < deadline, f"{unfinished} tasks unfinished after the drain timeout"
+            await asyncio.sleep(0.2)
+        drain_s = time.monotonic() - started - produce_s
+        rows = {
+            r[0]: r
+            for r in raw.execute(
+                "select id, status, attempt, error, result, payload from cairnq_tasks"
+            ).fetchall()
+        }
+        integrity = raw.execute("pragma integrity_check").fetchall()
+    finally:
+        raw.close()
+
+    for w in workers:
+        w.send_signal(signal.SIGTERM)
+    for w in workers:
+        assert await wait_exit(w, 20, "worker", procs.outputs) == 0, procs.outputs()
+
+    # Everything is measured first and reported, then asserted.
+    lost = [i for i in submitted if i not in rows]
+    unexpected_rows = set(rows) - set(submitted)
+    calls = executions(read_jsonl(log))
+    wrong: dict[str, Any] = {}
+    repeated_attempts = redelivered = 0
+    overlaps = []
+    for task_id, rec in submitted.items():
+        if task_id not in rows:
+            continue
+        _, status, attempt, error, result, _ = rows[task_id]
+        want_status, want_attempt, want_code = expected_outcome(rec)
+        code = json.loads(error)["code"] if error and status == "failed" else None
+        runs = calls.get(task_id, [])
+        attempts = [c["attempt"] for c in runs]
+        repeated_attempts += len(attempts) - len(set(attempts))  # one attempt run twice
+        redelivered += max(0, len(runs) - want_attempt)  # runs beyond what the payload prescribes
+        overlaps.extend(overlapping(runs))
+        if (status, attempt, code) != (want_status, want_attempt, want_code) or (
+            sorted(set(attempts)) != list(range(1, attempt + 1))
+            or any(c["end"] is None for c in runs)
+            or (status == "succeeded" and json.loads(result)["seq"] != rec["payload"]["seq"])
+        ):
+            wrong[task_id] = {
+                "payload": rec["payload"],
+                "got": (status, attempt, code),
+                "want": (want_status, want_attempt, want_code),
+                "runs": [(c["attempt"], c["label"], round(c["start"], 3), c["end"] and round(c["end"], 3))
+                         for c in runs],
+            }  # fmt: skip
+    surfaced = read_jsonl(errors)
+    busy = [e for e in surfaced if any(m in e["message"] for m in BUSY_MARKERS)]
+    leaked = {
+        label: out for label, out in procs.outputs().items() if any(m in out for m in BUSY_MARKERS)
+    }
+    by_worker = Counter(c["label"] for runs in calls.values() for c in runs)
+    kinds = Counter(r["payload"]["kind"] for r in submitted.values())
+    print(
+        f"\n[reliability] sqlite contention: {N_WORKERS} workers x {CONCURRENCY} + {N_PRODUCERS} "
+        f"producers, {SECONDS:.0f}s at {RATE:.0f}/s each, lease {LEASE_MS} ms: tasks {len(submitted)} "
+        f"{dict(kinds)}, handler calls {sum(by_worker.values())} {dict(by_worker)}; produce "
+        f"{produce_s:.1f}s, drain {drain_s:.1f}s -- lost: {len(lost)}, duplicates: {redelivered} "
+        f"(attempts run twice: {repeated_attempts}), errors surfaced: {len(surfaced)} (busy: "
+        f"{len(busy)}), overlaps: {len(overlaps)}, wrong final state: {len(wrong)}"
+    )
+
+    # -- none lost, each in its prescribed terminal state, each attempt run once -------------------
+    assert not lost, f"{len(lost)} submitted tasks are missing: {lost[:5]}"
+    assert not unexpected_rows, "rows nobody submitted (or whose submit raised)"
+    assert not wrong, "tasks not in their prescribed final state:\n" + "\n".join(
+        json.dumps({task_id: info}) for task_id, info in list(wrong.items())[:10]
+    )
+    assert repeated_attempts == 0 and redelivered == 0
+    assert integrity == [("ok",)]
+    # -- no busy error ever reached a caller (nor anything else) ---------------------------------
+    assert not busy, busy[:5]
+    assert not leaked, leaked
+    assert not surfaced, surfaced[:5]
+    # -- never on two workers at once while a lease was valid ----------------------------------
+    assert not overlaps, overlaps[:5]
+    assert len(by_worker) == N_WORKERS, by_worker  # every worker took part
