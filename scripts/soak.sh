@@ -2,6 +2,7 @@
 # Soak: the reliability campaign with bigger sizes, same code as CI.
 #
 #   bash scripts/soak.sh                 # the sizes below (about 25-30 minutes)
+#   bash scripts/soak.sh --ci            # the CI sizes (about 2 minutes), same report lines
 #   bash scripts/soak.sh -k contention   # extra arguments go to pytest
 #   CAIRNQ_SOAK_SECONDS=600 bash scripts/soak.sh -k contention   # any size can be overridden
 #
@@ -27,20 +28,24 @@
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 
-export CAIRNQ_SOAK_SECONDS="${CAIRNQ_SOAK_SECONDS:-300}"
-export CAIRNQ_SOAK_RATE="${CAIRNQ_SOAK_RATE:-150}"
-export CAIRNQ_SOAK_WORKERS="${CAIRNQ_SOAK_WORKERS:-4}"
-export CAIRNQ_SOAK_PRODUCERS="${CAIRNQ_SOAK_PRODUCERS:-2}"
-export CAIRNQ_SOAK_LEASE_MS="${CAIRNQ_SOAK_LEASE_MS:-1500}"
-export CAIRNQ_SOAK_TASKS="${CAIRNQ_SOAK_TASKS:-2000}"
-export CAIRNQ_CRASH_KILLS="${CAIRNQ_CRASH_KILLS:-20}"
-export CAIRNQ_CRASH_ROUNDS="${CAIRNQ_CRASH_ROUNDS:-50}"
-export CAIRNQ_PG_TERMINATIONS="${CAIRNQ_PG_TERMINATIONS:-30}"
-export CAIRNQ_MIXED_TASKS="${CAIRNQ_MIXED_TASKS:-1500}"
-export CAIRNQ_HUGE_MB="${CAIRNQ_HUGE_MB:-100}"
-export CAIRNQ_PROP_EXAMPLES="${CAIRNQ_PROP_EXAMPLES:-2000}"
-export CAIRNQ_PROP_MACHINE_EXAMPLES="${CAIRNQ_PROP_MACHINE_EXAMPLES:-600}"
-export CAIRNQ_PROP_STEPS="${CAIRNQ_PROP_STEPS:-80}"
+if [ "${1:-}" = "--ci" ]; then
+  shift  # the defaults the tests use in CI
+else
+  export CAIRNQ_SOAK_SECONDS="${CAIRNQ_SOAK_SECONDS:-300}"
+  export CAIRNQ_SOAK_RATE="${CAIRNQ_SOAK_RATE:-150}"
+  export CAIRNQ_SOAK_WORKERS="${CAIRNQ_SOAK_WORKERS:-4}"
+  export CAIRNQ_SOAK_PRODUCERS="${CAIRNQ_SOAK_PRODUCERS:-2}"
+  export CAIRNQ_SOAK_LEASE_MS="${CAIRNQ_SOAK_LEASE_MS:-1500}"
+  export CAIRNQ_SOAK_TASKS="${CAIRNQ_SOAK_TASKS:-2000}"
+  export CAIRNQ_CRASH_KILLS="${CAIRNQ_CRASH_KILLS:-20}"
+  export CAIRNQ_CRASH_ROUNDS="${CAIRNQ_CRASH_ROUNDS:-50}"
+  export CAIRNQ_PG_TERMINATIONS="${CAIRNQ_PG_TERMINATIONS:-30}"
+  export CAIRNQ_MIXED_TASKS="${CAIRNQ_MIXED_TASKS:-1500}"
+  export CAIRNQ_HUGE_MB="${CAIRNQ_HUGE_MB:-100}"
+  export CAIRNQ_PROP_EXAMPLES="${CAIRNQ_PROP_EXAMPLES:-2000}"
+  export CAIRNQ_PROP_MACHINE_EXAMPLES="${CAIRNQ_PROP_MACHINE_EXAMPLES:-600}"
+  export CAIRNQ_PROP_STEPS="${CAIRNQ_PROP_STEPS:-80}"
+fi
 # async tests are otherwise cut off after 120 s each
 export CAIRNQ_TEST_TIMEOUT_S="${CAIRNQ_TEST_TIMEOUT_S:-7200}"
 

@@ -235,3 +235,43 @@ async def test_cancelled_submit_that_was_still_queued_writes_nothing(sqlite_back
     with pytest.raises(asyncio.CancelledError):
         await second
     assert [t.name for t in await q.list()] == ["a"]
+
+
+def _deferred_update(q) -> asyncio.Future:
+    """A write deferred the way a worker's settlements are."""
+    sql = "update cairnq_tasks set priority = 7"
+    return asyncio.ensure_future(q.store._engine.write(sql, {}, defer=True))
+
+
+def _updated(path: str) -> bool:
+    with sqlite3.connect(path) as conn:
+        return conn.execute("select priority from cairnq_tasks").fetchone()[0] == 7
+
+
+async def _turns(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def test_deferred_writes_wait_for_a_claim_to_ride_with(sqlite_backend) -> None:
+    q = sqlite_backend.client()
+    await q.submit("n", {})
+    write = _deferred_update(q)
+    await _turns()
+    assert not write.done()  # held back: a claim may come and commit both at once
+    q.store._claim_found_nothing()  # the probe found nothing: no claim is coming
+    await _turns()
+    assert write.done() and _updated(sqlite_backend.target)
+
+
+async def test_deferred_writes_go_at_once_while_the_claim_loop_sleeps(sqlite_backend) -> None:
+    q = sqlite_backend.client()
+    await q.submit("n", {})
+    sleeper = asyncio.ensure_future(q.store.claim_wake(["default"], 60_000))
+    await _turns()
+    assert q.store._engine.claims_asleep == 1
+    write = _deferred_update(q)
+    await _turns()
+    assert write.done() and _updated(sqlite_backend.target)
+    await sleeper  # our own commit is a change: the sleeper wakes
+    assert q.store._engine.claims_asleep == 0

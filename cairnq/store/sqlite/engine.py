@@ -109,6 +109,9 @@ class SqliteEngine:
         self._commit_thread: ThreadPoolExecutor | None = None
         self.commits = 0  # successful commits on this connection, for change waiters
         self._commit_waiters: set[asyncio.Future[None]] = set()
+        # Claim loops now sleeping until a change: while one is, deferred
+        # writes have no claim to ride with and are flushed at once.
+        self.claims_asleep = 0
 
     # -- reads -----------------------------------------------------------
 
@@ -146,7 +149,10 @@ class SqliteEngine:
             future: asyncio.Future[list[Any]] = loop.create_future()
             self._writes.append(_Write(sql, params, future))
             if self._flush_handle is None and not self._in_txn:
-                self._flush_handle = loop.call_later(RIDE_WINDOW_S, self._flush)
+                if self.claims_asleep:  # no claim is coming to ride with
+                    self._flush_handle = loop.call_soon(self._flush)
+                else:
+                    self._flush_handle = loop.call_later(RIDE_WINDOW_S, self._flush)
             return await future
         if not self._writes and self._flush_handle is None and not self._in_txn:
             ready = getattr(loop, "_ready", None)  # asyncio's run queue (absent in uvloop)
@@ -170,6 +176,13 @@ class SqliteEngine:
                     handle.cancel()  # a deferred write was waiting: this one is not
                 self._flush_handle = loop.call_soon(self._flush)
         return await future
+
+    def flush_deferred(self) -> None:
+        """Stop waiting for a ride: flush the deferred writes on the next loop turn."""
+        handle = self._flush_handle
+        if isinstance(handle, asyncio.TimerHandle) and not self._write_busy and not self._in_txn:
+            handle.cancel()
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_handle = None

@@ -32,7 +32,7 @@ STATISTICS_INTERVAL_S = 60.0
 # Polling the change counter: a fresh wait checks after 1 ms, backing off to
 # every 4 ms; each check reads shared memory, not the database.
 CHANGE_POLL_MIN_S = 0.001
-CHANGE_POLL_MAX_S = 0.004
+CHANGE_POLL_MAX_S = 0.002
 _monotonic = time.monotonic
 
 # SQLite binds times resolved from the SDK clock at bind time; the base passes
@@ -278,10 +278,22 @@ class SQLiteStore(TaskStore):
 
             yield fetch
 
+    def _claim_found_nothing(self) -> None:
+        if self._engine is not None:
+            self._engine.flush_deferred()
+
     # -- wakeups: noticing changes without re-reading tables ------------------
 
     async def claim_wake(self, queues: list[str], timeout_ms: int) -> None:
-        await self._wait_for_change(timeout_ms / 1000)
+        # The claim loop is going to sleep: settlements held back for its next
+        # claim to ride along with would wait for nothing. Send them now.
+        engine = await self._connected_or_closed()
+        engine.flush_deferred()
+        engine.claims_asleep += 1
+        try:
+            await self._wait_for_change(timeout_ms / 1000)
+        finally:
+            engine.claims_asleep -= 1
 
     async def task_done_wake(self, task_id: str, timeout_ms: int) -> bool | None:
         await self._wait_for_change(timeout_ms / 1000)
