@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 DEFAULTS = {
@@ -280,6 +281,31 @@ def limit_commit1(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any
     return _limit(target, o, 1)
 
 
+def limit_commit1_schema(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    """The same loop, but into the real cairnq schema (the migration files run
+    by bare sqlite3) with the insert statement submit runs: the disk's limit
+    for the very rows and indexes a submit writes, without any SDK."""
+    root = Path(__file__).resolve().parent.parent / "protocol"
+    conn = sqlite3.connect(target, isolation_level=None)
+    conn.execute("pragma journal_mode = wal")
+    conn.execute("pragma foreign_keys = on")
+    for migration in sorted((root / "migrations" / "sqlite").glob("*.sql")):
+        conn.executescript(migration.read_text())
+    sql = (root / "sql" / "sqlite" / "insert_task.sql").read_text()
+    n = o["limit_n"]
+    started = time.perf_counter()
+    for i in range(n):
+        now = int(time.time() * 1000)
+        task_id = f"task_{i:026d}"
+        conn.execute(
+            sql,
+            {"id": task_id, "name": "noop", "queue": "default", "payload": json.dumps({"i": i}),
+             "metadata": "{}", "max_attempts": 3, "priority": 0, "run_at_ms": now, "parent_id": None,
+             "root_id": task_id, "correlation_id": None, "now_ms": now},
+        )  # fmt: skip
+    return {"value": n / (time.perf_counter() - started), "unit": "rows/s (1 per commit, cairnq schema)"}
+
+
 def limit_commit64(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
     return _limit(target, o, 64)
 
@@ -289,7 +315,7 @@ WORKLOADS: dict[str, Callable[..., Any]] = {
     for f in (
         submit_seq, submit_concurrent, get, cancel, purge, claim_idle,
         drain_c8, drain_c64, drain_batch64, call_latency, e2e_throughput,
-        limit_commit1, limit_commit64,
+        limit_commit1, limit_commit1_schema, limit_commit64,
     )
 }  # fmt: skip
 

@@ -1264,3 +1264,57 @@ async def test_worker_keeps_draining_when_its_connections_are_terminated(pg):
     for exc, info in errors:
         assert info.get("phase") in ("claim", "execute"), info
         assert isinstance(exc, psycopg.Error), repr(exc)
+
+
+# 10. the connection kept checked out for lone statements
+
+
+async def test_pool_of_one_never_waits_on_its_kept_connection(pg):
+    store = pg.store(min_size=1, max_size=1)
+    await store.connect()
+    task = await store.submit(name="h", queue="hq")
+    # a transaction (claim) and lone statements, interleaved and concurrent
+    claimed, got, _ = await asyncio.wait_for(
+        asyncio.gather(
+            store.claim(queues=["hq"], worker_id="w_hot"),
+            store.get(task.id),
+            store.submit(name="h", queue="hq"),
+        ),
+        timeout=10,
+    )
+    assert [t.id for t in claimed] == [task.id] and got.id == task.id
+    assert store._executor._hot is None  # with one connection nothing is kept aside
+    await store.close()
+
+
+async def test_kept_connection_serves_lone_statements_and_goes_back_on_close(pg):
+    dsn, db = pg.target, pg.database
+    store = pg.store(min_size=1, max_size=4)
+    await store.connect()
+    task = await store.submit(name="h", queue="hq")
+    executor = store._executor
+    kept = executor._hot
+    assert kept is not None
+    for _ in range(20):
+        await store.get(task.id)
+    assert executor._hot is kept  # one connection for all of them, not a checkout each
+    # concurrent lone statements: the kept one serves one, the pool the others
+    gets = await asyncio.gather(*(store.get(task.id) for _ in range(8)))
+    assert {t.id for t in gets} == {task.id}
+    await store.close()
+    assert executor._hot is None and kept.closed
+    assert backends_of(dsn, db) == []
+
+
+async def test_kept_connection_terminated_is_replaced(pg):
+    dsn, db = pg.target, pg.database
+    store = pg.store(max_size=4)
+    await store.connect()
+    task = await store.submit(name="h", queue="hq")
+    kept = store._executor._hot
+    pid = kept.info.backend_pid
+    terminate(dsn, [pid])
+    assert (await _twice(lambda: store.get(task.id))).id == task.id
+    assert store._executor._hot is not kept and kept.closed
+    assert (await store.get(task.id)).id == task.id
+    await store.close()

@@ -1885,3 +1885,44 @@ async def test_heartbeat_interval_keeps_short_lease_alive(backend) -> None:
         done = [await finish(q, t.id) for t in tasks]
     assert attempts == [1, 1]
     assert [(t.status, t.result, t.attempt) for t in done] == [("succeeded", "kept", 1)] * 2
+
+
+async def test_heartbeat_reply_about_an_ended_attempt_spares_the_next_one(backend) -> None:
+    """A beat sent while attempt 1 was live, answered after it failed and the
+    same worker claimed attempt 2: the missing id is attempt 1's news, not a
+    lost lease for attempt 2 (whose outcome would otherwise be discarded)."""
+    from cairnq.context import TaskContext
+    from cairnq.worker.heartbeat import Heartbeats
+
+    store = backend.store()
+    worker_id = "worker_01HEARTBEATRACE00000000000"
+    await store.submit(name="race", queue="hb")
+    (first,) = await store.claim(queues=["hb"], worker_id=worker_id)
+    ctx1 = TaskContext(store, first, worker_id, 30_000)
+    errors: list[BaseException] = []
+    beats = Heartbeats(store, worker_id, 30_000, 10_000, lambda exc, info: errors.append(exc))
+    beats.hold([ctx1])
+    # Attempt 1 fails (retryably, due at once); its release has not run yet.
+    await store.fail(task_id=first.id, worker_id=worker_id, error={"message": "boom"}, delay_ms=0)
+    contexts: list[TaskContext] = []
+    original = store._heartbeat_batch
+
+    async def beat_then_reclaim(*args: Any, **kwargs: Any) -> dict[str, bool]:
+        reply = await original(*args, **kwargs)  # sent while attempt 1 was held: it is missing
+        (second,) = await store.claim(queues=["hb"], worker_id=worker_id)
+        contexts.append(TaskContext(store, second, worker_id, 30_000))
+        beats.hold(contexts)  # attempt 2, held before the reply is read
+        beats.release(ctx1)  # attempt 1's late release must not drop attempt 2
+        return reply
+
+    store._heartbeat_batch = beat_then_reclaim
+    await beats.beat()
+    store._heartbeat_batch = original
+    (ctx2,) = contexts
+    assert ctx2.attempt == 2 and not ctx2.lost_lease and not errors
+    assert len(beats) == 1  # attempt 2 is still held and beaten
+    await beats.beat()
+    assert not ctx2.lost_lease
+    done = await store.complete(task_id=ctx2.task_id, worker_id=worker_id, result={"ok": True})
+    assert done.status == "succeeded" and done.attempt == 2
+    await beats.stop()

@@ -48,7 +48,10 @@ class Heartbeats:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     def release(self, ctx: TaskContext) -> None:
-        self._live.pop(ctx.task_id, None)
+        # Only this very context: the same task may already be held again, by
+        # its next attempt, claimed before this one's release ran.
+        if self._live.get(ctx.task_id) is ctx:
+            del self._live[ctx.task_id]
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -68,15 +71,19 @@ class Heartbeats:
             del live[task_id]
         if not live:
             return
-        ids = list(live)
+        sent = list(live.items())
+        ids = [task_id for task_id, _ in sent]
         try:
             beats = await self._store._heartbeat_batch(ids, self._worker_id, self._lease_ms, ride=True)
         except Exception as exc:
             self._report(exc, {"phase": "execute", "task_id": ids[0]})
             return
-        for task_id in ids:
-            ctx = live.get(task_id)
-            if ctx is None:
+        for task_id, ctx in sent:
+            # The reply is about the attempt that was live when the beat was
+            # sent. If that attempt ended meanwhile (a retryable failure) and
+            # the task was claimed again, its id is missing from the reply
+            # without the new attempt having lost anything: leave it alone.
+            if live.get(task_id) is not ctx:
                 continue
             cancel = beats.get(task_id)
             if cancel is not None:
