@@ -39,3 +39,18 @@ install_cairnq() {
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$wheel$1"
   (cd / && "$VENV/bin/python" -c "import cairnq; print('== cairnq', cairnq.__version__, 'kernels:', cairnq.SPEEDUPS, 'at', cairnq.__file__)")
 }
+
+run_tests() {
+  # Everything the test suite needs, then pytest on the installed wheel with
+  # the given arguments, from a scratch directory, so nothing (not even a
+  # subprocess) can import the source tree by accident.
+  need_libpq
+  bash "$ROOT/scripts/ensure-postgres.sh"
+  make_venv
+  install_cairnq "[postgres,test]"
+  export CAIRNQ_TEST_INSTALLED=1
+  WORKDIR="$(mktemp -d)"
+  trap 'rm -rf "$WORKDIR"' EXIT
+  cd "$WORKDIR"
+  "$VENV/bin/python" -I -m pytest -c "$ROOT/pyproject.toml" --rootdir "$ROOT" "$@"
+}

@@ -49,17 +49,9 @@ fi
 # async tests are otherwise cut off after 120 s each
 export CAIRNQ_TEST_TIMEOUT_S="${CAIRNQ_TEST_TIMEOUT_S:-7200}"
 
-need_libpq
-bash "$ROOT/scripts/ensure-postgres.sh"
-make_venv
-install_cairnq "[postgres,test]"
-export CAIRNQ_TEST_INSTALLED=1
-WORKDIR="$(mktemp -d)"
-trap 'rm -rf "$WORKDIR"' EXIT
-cd "$WORKDIR"
-env | grep -E '^CAIRNQ_(SOAK|CRASH|PG|MIXED|HUGE|PROP)_' | sort | sed 's/^/== /'
+env | grep -E '^CAIRNQ_(SOAK|CRASH|PG|MIXED|HUGE|PROP)_' | sort | sed 's/^/== /' || true
 # -s: each scenario prints its "[reliability] ... lost: n, duplicates: n, errors surfaced: n" line
-"$VENV/bin/python" -I -m pytest -c "$ROOT/pyproject.toml" --rootdir "$ROOT" -s -q -rfEs \
+run_tests -s -q -rfEs \
   "$ROOT/tests/test_reliability_contention.py" \
   "$ROOT/tests/test_reliability_crashes.py" \
   "$ROOT/tests/test_reliability_postgres_faults.py" \

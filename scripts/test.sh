@@ -6,13 +6,4 @@
 # Extra arguments go to pytest (e.g. -k claim, -x).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
-need_libpq
-bash "$ROOT/scripts/ensure-postgres.sh"
-make_venv
-install_cairnq "[postgres,test]"
-export CAIRNQ_TEST_INSTALLED=1
-# From a scratch directory, so no subprocess can import the source tree by accident.
-WORKDIR="$(mktemp -d)"
-trap 'rm -rf "$WORKDIR"' EXIT
-cd "$WORKDIR"
-"$VENV/bin/python" -I -m pytest -c "$ROOT/pyproject.toml" --rootdir "$ROOT" "$ROOT/tests" "$@"
+run_tests "$ROOT/tests" "$@"

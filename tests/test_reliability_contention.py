@@ -29,14 +29,12 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-import pytest
+from processes import Procs, procs, read_jsonl, wait_exit  # noqa: F401 (procs: a fixture)
 
 SECONDS = float(os.environ.get("CAIRNQ_SOAK_SECONDS", "15"))
 RATE = float(os.environ.get("CAIRNQ_SOAK_RATE", "100"))
@@ -47,15 +45,6 @@ LEASE_MS = int(os.environ.get("CAIRNQ_SOAK_LEASE_MS", "1500"))
 DRAIN_TIMEOUT_S = 60 + SECONDS
 
 BUSY_MARKERS = ("database is locked", "SQLITE_BUSY", "database table is locked", "SQLITE_LOCKED")
-
-_PRELUDE = """
-import asyncio, json, os, sys, time
-ARGS = json.loads(sys.argv[1])
-
-def append(path, record):
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\\n")
-"""
 
 WORKER_SCRIPT = r'''
 from cairnq import TaskError, Worker
@@ -164,69 +153,6 @@ async def main():
 
 asyncio.run(main())
 '''
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass  # a line still being written
-    return out
-
-
-class Procs:
-    """Subprocesses of one test; survivors are killed by pid at the end."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp_path = tmp_path
-        self.started: list[tuple[str, subprocess.Popen[Any], Path]] = []
-
-    def start(self, label: str, script: str, args: dict[str, Any]) -> subprocess.Popen[Any]:
-        out = self.tmp_path / f"{label}.out"
-        with open(out, "w") as sink:
-            proc = subprocess.Popen(
-                [sys.executable, "-c", _PRELUDE + script, json.dumps(args)],
-                cwd=str(self.tmp_path),
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        self.started.append((label, proc, out))
-        return proc
-
-    def outputs(self) -> dict[str, str]:
-        return {label: out.read_text() for label, _, out in self.started if out.exists()}
-
-    def cleanup(self) -> None:
-        for _, proc, _ in self.started:
-            if proc.poll() is None:
-                proc.kill()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-
-
-@pytest.fixture
-def procs(tmp_path: Path) -> Any:
-    p = Procs(tmp_path)
-    try:
-        yield p
-    finally:
-        p.cleanup()
-
-
-async def wait_exit(proc: subprocess.Popen[Any], timeout: float, what: str, outputs: Any) -> int:
-    deadline = time.monotonic() + timeout
-    while proc.poll() is None:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} still running after {timeout}s:\n{outputs()}")
-        await asyncio.sleep(0.05)
-    return proc.returncode
 
 
 def expected_outcome(record: dict[str, Any]) -> tuple[str, int, str | None]:

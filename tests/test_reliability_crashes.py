@@ -22,20 +22,19 @@ Sizes: ``CAIRNQ_SOAK_TASKS`` (tasks in the drain, default 160),
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
-from cairnq import CairnQ
+from processes import Procs, procs, read_jsonl, until  # noqa: F401 (procs: a fixture)
+
 
 N_TASKS = int(os.environ.get("CAIRNQ_SOAK_TASKS", "160"))
 KILLS = int(os.environ.get("CAIRNQ_CRASH_KILLS", "3"))
@@ -43,15 +42,6 @@ ROUNDS = int(os.environ.get("CAIRNQ_CRASH_ROUNDS", "6"))
 CONCURRENCY = 4
 LEASE_MS = 1_500
 HEARTBEAT_MS = max(50, LEASE_MS // 3)  # the worker's default beat interval
-
-_PRELUDE = """
-import asyncio, json, os, sys, time
-ARGS = json.loads(sys.argv[1])
-
-def append(path, record):
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\\n")
-"""
 
 WORKER_SCRIPT = r'''
 from cairnq import Worker
@@ -86,7 +76,6 @@ worker.serve()
 
 PRODUCER_SCRIPT = r'''
 import random
-from cairnq import CairnQ
 
 LABEL = ARGS["label"]
 rng = random.Random(ARGS["seed"])
@@ -121,71 +110,6 @@ async def main():
 
 asyncio.run(main())
 '''
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass  # the line the kill cut short
-    return out
-
-
-class Procs:
-    """Subprocesses of one test; survivors are killed by pid at the end."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp_path = tmp_path
-        self.started: list[tuple[str, subprocess.Popen[Any], Path]] = []
-
-    def start(self, label: str, script: str, args: dict[str, Any]) -> subprocess.Popen[Any]:
-        out = self.tmp_path / f"{label}.out"
-        with open(out, "w") as sink:
-            proc = subprocess.Popen(
-                [sys.executable, "-c", _PRELUDE + script, json.dumps(args)],
-                cwd=str(self.tmp_path),
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        self.started.append((label, proc, out))
-        return proc
-
-    def outputs(self) -> str:
-        return "\n".join(f"--- {label}\n{out.read_text()[-3000:]}" for label, _, out in self.started if out.exists())
-
-    def cleanup(self) -> None:
-        for _, proc, _ in self.started:
-            if proc.poll() is None:
-                proc.kill()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-
-
-@pytest.fixture
-def procs(tmp_path: Path) -> Any:
-    p = Procs(tmp_path)
-    try:
-        yield p
-    finally:
-        p.cleanup()
-
-
-async def until(pred: Any, timeout: float, what: str, interval: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(interval)
 
 
 def kill9(proc: subprocess.Popen[Any]) -> float:

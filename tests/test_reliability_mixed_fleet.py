@@ -34,9 +34,9 @@ from typing import Any
 
 import pytest
 
-import refsdk
+from processes import read_jsonl, until
 
-from cairnq import AlreadyExists
+import refsdk
 
 pytestmark = pytest.mark.interop
 
@@ -192,18 +192,6 @@ asyncio.run(main())
 '''
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass
-    return out
-
-
 class Fleet:
     """Processes of either SDK; survivors are killed by pid at the end."""
 
@@ -259,17 +247,6 @@ def fleet(tmp_path: Path, backend: Any) -> Any:
         yield f
     finally:
         f.cleanup()
-
-
-async def until(pred: Any, timeout: float, what: str, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(interval)
 
 
 def expected_load(payload: dict[str, Any]) -> tuple[str, int]:

@@ -1,0 +1,106 @@
+"""Real subprocesses for the reliability tests: scripts that log JSON lines,
+a registry that kills survivors, and polling helpers.
+
+Scripts run as ``python -c PRELUDE + script ARGS_JSON`` with the test's tmp
+dir as cwd (never the repository root); the prelude gives them ``ARGS`` and
+``append(path, record)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+PRELUDE = """
+import asyncio, json, os, sys, time
+ARGS = json.loads(sys.argv[1])
+
+def append(path, record):
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\\n")
+"""
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The complete lines of a JSON-lines log (a line cut short by a kill, or
+    still being written, is skipped)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass
+    return out
+
+
+class Procs:
+    """Subprocesses of one test; survivors are killed by pid at the end."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.started: list[tuple[str, subprocess.Popen[Any], Path]] = []
+
+    def start(self, label: str, script: str, args: dict[str, Any]) -> subprocess.Popen[Any]:
+        out = self.tmp_path / f"{label}.out"
+        with open(out, "w") as sink:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", PRELUDE + script, json.dumps(args)],
+                cwd=str(self.tmp_path),
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        self.started.append((label, proc, out))
+        return proc
+
+    def outputs(self) -> str:
+        return "\n".join(f"--- {label}\n{out.read_text()[-3000:]}" for label, _, out in self.started if out.exists())
+
+    def cleanup(self) -> None:
+        for _, proc, _ in self.started:
+            if proc.poll() is None:
+                proc.kill()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Procs]:
+    p = Procs(tmp_path)
+    try:
+        yield p
+    finally:
+        p.cleanup()
+
+
+async def until(pred: Any, timeout: float, what: str, interval: float = 0.02) -> Any:
+    """Poll ``pred`` until it returns something truthy (returned), or fail."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+async def wait_exit(proc: subprocess.Popen[Any], timeout: float, what: str, outputs: Any) -> int:
+    """The process's exit code, once it exits; fail with everyone's output after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} still running after {timeout}s:\n{outputs()}")
+        await asyncio.sleep(0.05)
+    return proc.returncode
