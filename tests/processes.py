@@ -62,8 +62,13 @@ class Procs:
         self.started.append((label, proc, out))
         return proc
 
+    def output_of(self) -> dict[str, str]:
+        """Each process's whole output (stdout and stderr), by label."""
+        return {label: out.read_text() for label, _, out in self.started if out.exists()}
+
     def outputs(self) -> str:
-        return "\n".join(f"--- {label}\n{out.read_text()[-3000:]}" for label, _, out in self.started if out.exists())
+        """The tail of every process's output, for an assertion message."""
+        return "\n".join(f"--- {label}\n{text[-3000:]}" for label, text in self.output_of().items())
 
     def cleanup(self) -> None:
         for _, proc, _ in self.started:

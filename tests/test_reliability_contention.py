@@ -307,7 +307,7 @@ async def test_sqlite_contention_4_workers_2_producers(tmp_path: Path, procs: Pr
     surfaced = read_jsonl(errors)
     busy = [e for e in surfaced if any(m in e["message"] for m in BUSY_MARKERS)]
     leaked = {
-        label: out for label, out in procs.outputs().items() if any(m in out for m in BUSY_MARKERS)
+        label: out for label, out in procs.output_of().items() if any(m in out for m in BUSY_MARKERS)
     }
     by_worker = Counter(c["label"] for runs in calls.values() for c in runs)
     kinds = Counter(r["payload"]["kind"] for r in submitted.values())

@@ -77,6 +77,8 @@ worker.serve()
 PRODUCER_SCRIPT = r'''
 import random
 
+from cairnq import CairnQ
+
 LABEL = ARGS["label"]
 rng = random.Random(ARGS["seed"])
 
