@@ -281,8 +281,8 @@ def limit_commit1(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any
     return _limit(target, o, 1)
 
 
-def limit_commit1_schema(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
-    """The same loop, but into the real cairnq schema (the migration files run
+def _limit_schema(target: str, o: dict[str, Any], rows_per_commit: int) -> dict[str, Any]:
+    """The same loops, but into the real cairnq schema (the migration files run
     by bare sqlite3) with the insert statement submit runs: the disk's limit
     for the very rows and indexes a submit writes, without any SDK."""
     root = Path(__file__).resolve().parent.parent / "protocol"
@@ -292,18 +292,32 @@ def limit_commit1_schema(dialect: str, target: str, o: dict[str, Any]) -> dict[s
     for migration in sorted((root / "migrations" / "sqlite").glob("*.sql")):
         conn.executescript(migration.read_text())
     sql = (root / "sql" / "sqlite" / "insert_task.sql").read_text()
-    n = o["limit_n"]
+    n = o["limit_n"] * (1 if rows_per_commit == 1 else 4)
     started = time.perf_counter()
-    for i in range(n):
-        now = int(time.time() * 1000)
-        task_id = f"task_{i:026d}"
-        conn.execute(
-            sql,
-            {"id": task_id, "name": "noop", "queue": "default", "payload": json.dumps({"i": i}),
-             "metadata": "{}", "max_attempts": 3, "priority": 0, "run_at_ms": now, "parent_id": None,
-             "root_id": task_id, "correlation_id": None, "now_ms": now},
-        )  # fmt: skip
-    return {"value": n / (time.perf_counter() - started), "unit": "rows/s (1 per commit, cairnq schema)"}
+    for i in range(0, n, rows_per_commit):
+        if rows_per_commit > 1:
+            conn.execute("begin")
+        for j in range(i, i + rows_per_commit):
+            now = int(time.time() * 1000)
+            task_id = f"task_{j:026d}"
+            conn.execute(
+                sql,
+                {"id": task_id, "name": "noop", "queue": "default", "payload": json.dumps({"i": j}),
+                 "metadata": "{}", "max_attempts": 3, "priority": 0, "run_at_ms": now, "parent_id": None,
+                 "root_id": task_id, "correlation_id": None, "now_ms": now},
+            )  # fmt: skip
+        if rows_per_commit > 1:
+            conn.execute("commit")
+    unit = f"rows/s ({rows_per_commit} per commit, cairnq schema)"
+    return {"value": n / (time.perf_counter() - started), "unit": unit}
+
+
+def limit_commit1_schema(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    return _limit_schema(target, o, 1)
+
+
+def limit_commit64_schema(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    return _limit_schema(target, o, 64)
 
 
 def limit_commit64(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
@@ -315,7 +329,7 @@ WORKLOADS: dict[str, Callable[..., Any]] = {
     for f in (
         submit_seq, submit_concurrent, get, cancel, purge, claim_idle,
         drain_c8, drain_c64, drain_batch64, call_latency, e2e_throughput,
-        limit_commit1, limit_commit1_schema, limit_commit64,
+        limit_commit1, limit_commit1_schema, limit_commit64, limit_commit64_schema,
     )
 }  # fmt: skip
 
