@@ -1318,3 +1318,18 @@ async def test_kept_connection_terminated_is_replaced(pg):
     assert store._executor._hot is not kept and kept.closed
     assert (await store.get(task.id)).id == task.id
     await store.close()
+
+
+async def test_close_during_a_lone_statement_still_returns_the_kept_connection(pg):
+    dsn, db = pg.target, pg.database
+    store = pg.store(max_size=4)
+    await store.connect()
+    await store.submit(name="h", queue="hq")
+    executor = store._executor
+    slow = asyncio.ensure_future(executor._query_raw("select pg_sleep(0.3)", []))
+    await asyncio.sleep(0.1)  # the sleep runs on the kept connection
+    kept = executor._hot
+    assert kept is not None and executor._hot_busy
+    await asyncio.gather(store.close(), slow)
+    assert executor._hot is None and kept.closed
+    assert backends_of(dsn, db) == []

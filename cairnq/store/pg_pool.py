@@ -156,6 +156,8 @@ class PoolExecutor:
                 raise
         finally:
             self._hot_busy = False
+            if not self._hot_enabled:  # closed while this statement ran
+                await self._release_hot()
 
     async def _release_hot(self) -> None:
         conn, self._hot = self._hot, None
