@@ -38,6 +38,7 @@ SQLITE_EXPECT: dict[str, list[str]] = {
     "recover_leases": ["cairnq_tasks_lease_idx"],
     "heartbeat_batch": ["sqlite_autoindex_cairnq_tasks_1 (id=?)"],
     "complete_many": ["sqlite_autoindex_cairnq_tasks_1 (id=?)"],
+    "complete_each": ["sqlite_autoindex_cairnq_tasks_1 (id=?)"],
     "heartbeat": ["sqlite_autoindex_cairnq_tasks_1 (id=?)"],
     "complete": ["sqlite_autoindex_cairnq_tasks_1 (id=?)"],
     "fail": ["sqlite_autoindex_cairnq_tasks_1 (id=?)"],
@@ -63,7 +64,7 @@ def _params(now: int) -> dict[str, Any]:
         "worker_id": "w", "lease_ms": 30_000, "lease_until_ms": now + 30_000, "now_ms": now,
         "limit": 64, "ids": ["task_a", "task_b"], "id": "task_a", "result": None, "message": None,
         "progress": None, "error": "{}", "retryable": True, "delay_ms": 0, "max_depth": 100,
-        "lease_expired_error": "{}",
+        "lease_expired_error": "{}", "results": [None, '{"r":1}'],
     }  # fmt: skip
 
 
@@ -94,7 +95,7 @@ async def test_sqlite_plans(sqlite_backend) -> None:
     statements = load_statements("sqlite")
     conn = sqlite3.connect(sqlite_backend.target)
     params = _params(int(time.time() * 1000))
-    for key in ("queues", "names", "ids"):
+    for key in ("queues", "names", "ids", "results"):
         params[key] = json.dumps(params[key])
     problems = []
     for name, wanted in SQLITE_EXPECT.items():

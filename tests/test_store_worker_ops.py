@@ -385,6 +385,36 @@ async def test_complete_branches(backend: Any) -> None:
         assert raw_typeof(backend, t.id, "result") == "null"
 
 
+async def test_complete_each_settles_each_with_its_own_result(backend: Any) -> None:
+    """The worker's coalesced completion with distinct results: per row exactly
+    complete (ownership, lease, cancel wins), the stored JSON byte for byte."""
+    store = backend.store()
+    values = [{"a": 1}, [1, "two", {"3": None}], None, "é \"quoted\"\n", 0, {"k": "x" * 300}]
+    mine = [await claimed(store, worker="w1") for _ in values]
+    canceled = await claimed(store, worker="w1")
+    await store.cancel(canceled.id)
+    other = await claimed(store, worker="w2")
+    expired = await claimed(store, worker="w1", lease_ms=1)
+    await asyncio.sleep(0.01)
+    ids = [t.id for t in mine] + [canceled.id, other.id, expired.id, "task_00000000000000000000000000"]
+    results = [None if v is None else store._encode(v) for v in values] + ['{"x":1}'] * 4
+    t0 = now_ms()
+    settled = await store._complete_each_json(ids, "w1", results, ride=False)
+    t1 = now_ms()
+    assert settled == {**{t.id: "succeeded" for t in mine}, canceled.id: "canceled"}
+    for t, value in zip(mine, values):
+        got = await store.get(t.id)
+        assert (got.status, got.result, got.progress, got.lease_until_ms) == ("succeeded", value, 1.0, None)
+        assert t0 <= got.completed_at_ms <= t1 and got.updated_at_ms == got.completed_at_ms
+        if backend.dialect == "sqlite":
+            assert raw(backend, t.id)["result"] == (None if value is None else store._encode(value))
+    got = await store.get(canceled.id)
+    assert (got.status, got.result) == ("canceled", None)
+    assert (await store.get(other.id)).status == "running"  # not this worker's
+    assert (await store.get(expired.id)).status == "running"  # lease ran out: not settled
+    assert await store._complete_each_json([], "w1", [], ride=False) == {}
+
+
 async def test_complete_with_cancel_keeps_older_result(sqlite_backend: Any) -> None:
     """'result unchanged' means the column is not written, not cleared."""
     backend = sqlite_backend

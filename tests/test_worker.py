@@ -1305,14 +1305,14 @@ def _break_once(store, names: tuple[str, ...], exc: BaseException) -> dict[str, 
 
 
 # The worker's success settlement may go through ``complete`` or a coalescing
-# internal (``_complete_many_json``); failures through ``fail``.
+# internal (``_complete_many_json``, ``_complete_each_json``); failures through ``fail``.
 @pytest.mark.parametrize("write", ["complete", "fail"])
 async def test_on_error_execute_phase_for_settlement_write(backend, write: str) -> None:
     q = backend.client()
     errors: list[tuple[BaseException, dict]] = []
     w = make(backend, lease_ms=300, on_error=lambda exc, info: errors.append((exc, info)))
     boom = RuntimeError("write boom")
-    names = ("complete", "_complete_many_json") if write == "complete" else ("fail",)
+    names = ("complete", "_complete_many_json", "_complete_each_json") if write == "complete" else ("fail",)
     state = _break_once(w.store, names, boom)
     attempts: list[int] = []
 
@@ -1926,3 +1926,41 @@ async def test_heartbeat_reply_about_an_ended_attempt_spares_the_next_one(backen
     done = await store.complete(task_id=ctx2.task_id, worker_id=worker_id, result={"ok": True})
     assert done.status == "succeeded" and done.attempt == 2
     await beats.stop()
+
+
+async def test_distinct_results_of_one_poll_settle_in_one_statement(backend) -> None:
+    """Handlers finishing together with different results: one complete_each,
+    each task with its own result; all-equal results: one complete_many."""
+    q = backend.client()
+    tasks = [await q.submit("square", {"n": n}) for n in range(16)]
+    tasks += [await q.submit("nothing", {"n": n}) for n in range(16)]
+    w = make(backend, concurrency=32)
+    calls: dict[str, list[int]] = {"_complete_each_json": [], "_complete_many_json": []}
+    for name, seen in calls.items():
+        original = getattr(w.store, name)
+
+        def counting(ids, *args, _original=original, _seen=seen, **kwargs):
+            _seen.append(len(ids))
+            return _original(ids, *args, **kwargs)
+
+        setattr(w.store, name, counting)
+    release = asyncio.Event()
+
+    @w.task
+    async def square(ctx, payload):
+        await release.wait()  # all 16 return in the same turn of the loop
+        return {"square": payload["n"] ** 2}
+
+    @w.task
+    async def nothing(ctx, payload):
+        await release.wait()
+        return None
+
+    async with w.background():
+        await eventually(lambda: w._running == 32)
+        release.set()
+        done = [await finish(q, t.id) for t in tasks]
+    assert [t.result for t in done[:16]] == [{"square": n * n} for n in range(16)]
+    assert all(t.status == "succeeded" and t.result is None for t in done[16:])
+    assert sum(calls["_complete_each_json"]) + sum(calls["_complete_many_json"]) == 32
+    assert len(calls["_complete_each_json"]) + len(calls["_complete_many_json"]) <= 2

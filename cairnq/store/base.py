@@ -615,6 +615,26 @@ class TaskStore(ABC):
         params = {"ids": builtins.list(task_ids), "worker_id": worker_id, "result": result_json}
         return {row[0]: row[1] for row in await self._fetch("complete_many", params, ride=ride)}
 
+    async def _complete_each_json(
+        self,
+        task_ids: Sequence[str],
+        worker_id: str,
+        results_json: Sequence[str | None],
+        *,
+        ride: bool,
+    ) -> dict[str, TaskStatus]:
+        """complete for each id with the result at the same position (JSON
+        text already encoded, or None): one statement. ``{id: final status}``
+        for the settled ones; an id missing lost its lease."""
+        if not task_ids:
+            return {}
+        params = {
+            "ids": builtins.list(task_ids),
+            "worker_id": worker_id,
+            "results": builtins.list(results_json),
+        }
+        return {row[0]: row[1] for row in await self._fetch("complete_each", params, ride=ride)}
+
     async def complete_in(
         self,
         *,

@@ -1,9 +1,11 @@
 """Coalescing completions: the handlers that return in one turn of the loop
-settle together, one ``complete_many`` statement per distinct result.
+settle together in one statement: ``complete_many`` when they all returned
+the same value (typically None), ``complete_each`` (each task its own result)
+otherwise.
 
-A drain of handlers returning the same value (typically None) thus writes one
-statement per poll instead of one per task. Per task the outcome is exactly
-``complete``'s: succeeded, or canceled where a cancel won, or LostLease.
+A drain thus writes one completion statement per poll instead of one per
+task. Per task the outcome is exactly ``complete``'s: succeeded, or canceled
+where a cancel won, or LostLease.
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ if TYPE_CHECKING:
 
 __all__ = ["Completions"]
 
-_Waiter = tuple[str, "asyncio.Future[str]"]
+# (task id, its result as JSON text or None, the future its caller awaits)
+_Waiting = tuple[str, Optional[str], "asyncio.Future[str]"]
 
 
 class Completions:
     def __init__(self, store: TaskStore, worker_id: str) -> None:
         self._store = store
         self._worker_id = worker_id
-        self._groups: dict[Optional[str], list[_Waiter]] = {}
+        self._waiting: list[_Waiting] = []
         self._scheduled = False
 
     async def complete(self, task_id: str, result: Any) -> str:
@@ -35,7 +38,7 @@ class Completions:
         result_json = None if result is None else self._store._encode(result)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[str] = loop.create_future()
-        self._groups.setdefault(result_json, []).append((task_id, future))
+        self._waiting.append((task_id, result_json, future))
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._flush)
@@ -43,24 +46,25 @@ class Completions:
 
     def _flush(self) -> None:
         self._scheduled = False
-        groups, self._groups = self._groups, {}
-        loop = asyncio.get_running_loop()
-        for result_json, waiters in groups.items():
-            loop.create_task(self._settle(result_json, waiters))
+        waiting, self._waiting = self._waiting, []
+        asyncio.get_running_loop().create_task(self._settle(waiting))
 
-    async def _settle(self, result_json: Optional[str], waiters: list[_Waiter]) -> None:
+    async def _settle(self, waiting: list[_Waiting]) -> None:
+        ids = [task_id for task_id, _, _ in waiting]
+        results = [result_json for _, result_json, _ in waiting]
         try:
-            settled = await self._store._complete_many_json(
-                [task_id for task_id, _ in waiters], self._worker_id, result_json, ride=True
-            )
+            if all(r == results[0] for r in results):
+                settled = await self._store._complete_many_json(ids, self._worker_id, results[0], ride=True)
+            else:
+                settled = await self._store._complete_each_json(ids, self._worker_id, results, ride=True)
         except BaseException as exc:
-            for _, future in waiters:
+            for _, _, future in waiting:
                 if not future.done():
                     future.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise
             return
-        for task_id, future in waiters:
+        for task_id, _, future in waiting:
             if future.done():
                 continue
             status = settled.get(task_id)

@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator, Callable
 
 from cairnq._ids import now_ms
 from cairnq._sql import Statement, load_migrations, load_statements
-from cairnq._speedups import encode_ids
+from cairnq._speedups import dumps, encode_ids
 from cairnq.errors import StoreClosed
 from cairnq.models import TASK_COLUMNS
 from cairnq.store.base import Fetch, TaskStore
@@ -30,7 +30,7 @@ __all__ = ["SQLiteStore"]
 
 STATISTICS_INTERVAL_S = 60.0
 # Polling the change counter: a fresh wait checks after 1 ms, backing off to
-# every 4 ms; each check reads shared memory, not the database.
+# every 2 ms; each check reads shared memory, not the database.
 CHANGE_POLL_MIN_S = 0.001
 CHANGE_POLL_MAX_S = 0.002
 _monotonic = time.monotonic
@@ -45,6 +45,7 @@ _DERIVED: dict[str, Callable[[dict[str, Any], int], Any]] = {
 }
 # List-valued parameters travel as JSON array text, expanded with json_each.
 _LISTS = frozenset(("queues", "names", "ids"))
+_JSON_LISTS = frozenset(("results",))  # of JSON texts or None: strings and nulls
 
 Binder = Callable[[dict[str, Any]], dict[str, Any]]
 Echo = Callable[[dict[str, Any]], tuple[Any, ...]]
@@ -53,7 +54,9 @@ Echo = Callable[[dict[str, Any]], tuple[Any, ...]]
 def _make_binder(stmt: Statement) -> Binder:
     derived = [(p, _DERIVED[p]) for p in stmt.params if p in _DERIVED]
     lists = [p for p in stmt.params if p in _LISTS]
-    plain = tuple(p for p in stmt.params if p not in _DERIVED and p not in _LISTS)
+    json_lists = [p for p in stmt.params if p in _JSON_LISTS]
+    special = _LISTS | _JSON_LISTS
+    plain = tuple(p for p in stmt.params if p not in _DERIVED and p not in special)
     pick: Callable[[dict[str, Any]], Any]
     if len(plain) > 1:
         pick = itemgetter(*plain)
@@ -72,6 +75,8 @@ def _make_binder(stmt: Statement) -> Binder:
         for p in lists:
             value = params[p]
             out[p] = None if value is None else encode_ids(value)
+        for p in json_lists:
+            out[p] = dumps(list(params[p]))
         return out
 
     return bind
