@@ -32,7 +32,7 @@ import refsdk  # noqa: E402
 
 WORKLOADS = [
     "submit_seq", "submit_concurrent", "get", "cancel", "purge", "claim_idle",
-    "drain_c8", "drain_c64", "drain_batch64", "call_latency", "e2e_throughput",
+    "drain_c8", "drain_c64", "drain_distinct_c64", "drain_batch64", "call_latency", "e2e_throughput",
 ]  # fmt: skip
 LIMITS = ["limit_commit1", "limit_commit1_schema", "limit_commit64", "limit_commit64_schema"]
 LOWER_IS_BETTER = {"claim_idle", "call_latency"}

@@ -137,7 +137,9 @@ async def claim_idle(dialect: str, target: str, o: dict[str, Any]) -> dict[str, 
 # -- the worker ----------------------------------------------------------------------
 
 
-async def _drain(dialect: str, target: str, o: dict[str, Any], concurrency: int, batch: int | None) -> dict[str, Any]:
+async def _drain(
+    dialect: str, target: str, o: dict[str, Any], concurrency: int, batch: int | None, distinct: bool = False
+) -> dict[str, Any]:
     from cairnq import Worker
 
     async with _client(dialect, target) as q:
@@ -153,8 +155,8 @@ async def _drain(dialect: str, target: str, o: dict[str, Any], concurrency: int,
         else:
 
             @worker.task("noop")
-            async def noop(ctx: Any) -> None:
-                return None
+            async def noop(ctx: Any, payload: Any) -> Any:
+                return {"i": payload["i"]} if distinct else None
 
         started = time.perf_counter()
         run = asyncio.ensure_future(worker.run())
@@ -172,6 +174,11 @@ async def drain_c8(dialect: str, target: str, o: dict[str, Any]) -> dict[str, An
 
 async def drain_c64(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
     return await _drain(dialect, target, o, 64, None)
+
+
+async def drain_distinct_c64(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    """drain_c64 with handlers that each return a different result."""
+    return await _drain(dialect, target, o, 64, None, distinct=True)
 
 
 async def drain_batch64(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
@@ -328,7 +335,7 @@ WORKLOADS: dict[str, Callable[..., Any]] = {
     f.__name__: f
     for f in (
         submit_seq, submit_concurrent, get, cancel, purge, claim_idle,
-        drain_c8, drain_c64, drain_batch64, call_latency, e2e_throughput,
+        drain_c8, drain_c64, drain_distinct_c64, drain_batch64, call_latency, e2e_throughput,
         limit_commit1, limit_commit1_schema, limit_commit64, limit_commit64_schema,
     )
 }  # fmt: skip
