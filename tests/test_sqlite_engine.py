@@ -259,7 +259,7 @@ async def test_deferred_writes_wait_for_a_claim_to_ride_with(sqlite_backend) -> 
     write = _deferred_update(q)
     await _turns()
     assert not write.done()  # held back: a claim may come and commit both at once
-    q.store._claim_found_nothing()  # the probe found nothing: no claim is coming
+    q.store._engine.flush_deferred()  # what a claim loop going to sleep does: no claim is coming
     await _turns()
     assert write.done() and _updated(sqlite_backend.target)
 

@@ -164,10 +164,6 @@ class TaskStore(ABC):
     def _register_wakeable(self, queues: Sequence[str]) -> None:
         """Drivers with push notifications buffer wakeups for these queues."""
 
-    def _claim_found_nothing(self) -> None:
-        """The probe found no work: no claim is coming for deferred writes to
-        ride along with, so drivers that hold some back can send them now."""
-
     async def _probe(self, params: dict[str, Any]) -> tuple[bool, bool]:
         """(due, expired): is a task of these queues and names due; has any
         lease expired. Read-only."""
@@ -488,7 +484,6 @@ class TaskStore(ABC):
         self._register_wakeable(params["queues"])
         due, expired = await self._probe(params)
         if not (due or expired):
-            self._claim_found_nothing()
             return None
         async with self._transaction() as fetch:
             if expired:  # a lease expiring after the probe is recovered next poll

@@ -283,15 +283,13 @@ class SQLiteStore(TaskStore):
 
             yield fetch
 
-    def _claim_found_nothing(self) -> None:
-        if self._engine is not None:
-            self._engine.flush_deferred()
-
     # -- wakeups: noticing changes without re-reading tables ------------------
 
     async def claim_wake(self, queues: list[str], timeout_ms: int) -> None:
-        # The claim loop is going to sleep: settlements held back for its next
-        # claim to ride along with would wait for nothing. Send them now.
+        # The claim loop is going to sleep (its probe found nothing, or its
+        # sources are idle): settlements held back for its next claim to ride
+        # along with would wait for nothing. Send them now, and while it
+        # sleeps send new ones at once.
         engine = await self._connected_or_closed()
         engine.flush_deferred()
         engine.claims_asleep += 1
