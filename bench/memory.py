@@ -21,7 +21,7 @@ import os
 import sqlite3
 import tempfile
 import time
-from typing import Any
+from typing import Any, Callable
 
 from cairnq import CairnQ, Worker
 
@@ -67,23 +67,34 @@ def client(db: str) -> CairnQ:
     return CairnQ.postgres(db) if db.startswith(("postgres://", "postgresql://")) else CairnQ.sqlite(db)
 
 
-async def drain(db: str, n: int, concurrency: int) -> dict[str, Any]:
+async def prepare_backlog(db: str, n: int) -> None:
+    """Migrate ``db`` (a connect does it), then bulk-load ``n`` queued no-op tasks."""
     async with client(db) as q:
         await q.connect()
     bulk_load(db, n)
+
+
+def counting_worker(store: Any, concurrency: int) -> tuple[Worker, Callable[[], int]]:
+    """A worker for the bulk-loaded tasks, and how many its no-op handler has run."""
+    worker = Worker(store, ["default"], concurrency=concurrency, poll_interval_ms=100)
+    done = 0
+
+    @worker.task("noop")
+    async def noop(ctx: Any) -> None:
+        nonlocal done
+        done += 1
+
+    return worker, lambda: done
+
+
+async def drain(db: str, n: int, concurrency: int) -> dict[str, Any]:
+    await prepare_backlog(db, n)
     async with client(db) as q:
-        worker = Worker(q.store, ["default"], concurrency=concurrency, poll_interval_ms=100)
-        done = 0
-
-        @worker.task("noop")
-        async def noop(ctx: Any) -> None:
-            nonlocal done
-            done += 1
-
+        worker, done = counting_worker(q.store, concurrency)
         start_rss, peak, samples = rss_mb(), 0.0, []
         started = time.perf_counter()
         async with worker.background():
-            while done < n:
+            while done() < n:
                 await asyncio.sleep(0.25)
                 now = rss_mb()
                 peak = max(peak, now)

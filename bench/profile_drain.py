@@ -29,8 +29,7 @@ from pyinstrument import Profiler
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cairnq  # noqa: E402
-from cairnq import CairnQ, Worker  # noqa: E402
-from memory import bulk_load, client  # noqa: E402
+from memory import client, counting_worker, prepare_backlog  # noqa: E402
 
 LAYERS = [  # first match wins; matched against "file:function"
     ("waiting in epoll (idle, not CPU)", ("poll", "select")),
@@ -61,20 +60,12 @@ def fold(frame: Any, out: dict[str, float]) -> None:
 
 async def drain(db: str, concurrency: int, tasks: int) -> tuple[float, Profiler]:
     async with client(db) as q:
-        worker = Worker(q.store, ["default"], concurrency=concurrency, poll_interval_ms=100)
-
-        done = 0
-
-        @worker.task("noop")
-        async def noop(ctx: Any) -> None:
-            nonlocal done
-            done += 1
-
+        worker, done = counting_worker(q.store, concurrency)
         profiler = Profiler(interval=0.0005, async_mode="disabled")
         profiler.start()
         started = time.perf_counter()
         run = asyncio.ensure_future(worker.run())
-        while done < tasks:
+        while done() < tasks:
             await asyncio.sleep(0.02)
         elapsed = time.perf_counter() - started
         profiler.stop()
@@ -95,8 +86,7 @@ def main() -> None:
     if db is None:
         tmp = tempfile.mkdtemp(prefix="cairnq-profile-")
         db = os.path.join(tmp, "profile.db")
-    asyncio.run(_migrate(db))
-    bulk_load(db, args.tasks)
+    asyncio.run(prepare_backlog(db, args.tasks))
     elapsed, profiler = asyncio.run(drain(db, args.concurrency, args.tasks))
     session = profiler.last_session
     assert session is not None
@@ -118,11 +108,6 @@ def main() -> None:
     print(f"\ntop {args.top} functions by self time (us per task, share):")
     for where, t in sorted(per_function.items(), key=lambda kv: -kv[1])[: args.top]:
         print(f"  {where[-70:]:<70} {t / args.tasks * 1e6:7.1f}  {t / total:6.1%}")
-
-
-async def _migrate(db: str) -> None:
-    async with client(db) as q:
-        await q.connect()
 
 
 if __name__ == "__main__":

@@ -255,11 +255,11 @@ async def e2e_throughput(dialect: str, target: str, o: dict[str, Any]) -> dict[s
 # -- physical limits (no SDK at all) --------------------------------------------------
 
 
-def _limit(target: str, o: dict[str, Any], rows_per_commit: int) -> dict[str, Any]:
-    """A bare sqlite3 loop inserting the same rows into the same table, one or
-    64 per transaction, at the default durability (WAL, synchronous=FULL)."""
-    conn = sqlite3.connect(target, isolation_level=None)
-    conn.execute("pragma journal_mode = wal")
+Row = Callable[[int, int, str], Any]  # (sequence, now in ms, task id) -> the insert's parameters
+
+
+def _bare_table(conn: sqlite3.Connection) -> tuple[str, Row]:
+    """A table with the columns a submit fills and no secondary index."""
     conn.execute(
         "create table if not exists cairnq_tasks (id text primary key, name text not null, queue text not null"
         " default 'default', status text not null, payload text not null, metadata text not null default '{}',"
@@ -270,6 +270,32 @@ def _limit(target: str, o: dict[str, Any], rows_per_commit: int) -> dict[str, An
         "insert into cairnq_tasks (id, name, queue, status, payload, metadata, max_attempts, priority, run_at_ms,"
         " root_id, created_at_ms, updated_at_ms) values (?, 'noop', 'default', 'queued', ?, '{}', 3, 0, ?, ?, ?, ?)"
     )
+    return sql, lambda j, now, task_id: (task_id, json.dumps({"i": j}), now, task_id, now, now)
+
+
+def _cairnq_schema(conn: sqlite3.Connection) -> tuple[str, Row]:
+    """The real schema (the migration files, run by bare sqlite3) and the very
+    insert statement submit runs."""
+    root = Path(__file__).resolve().parent.parent / "protocol"
+    conn.execute("pragma foreign_keys = on")
+    for migration in sorted((root / "migrations" / "sqlite").glob("*.sql")):
+        conn.executescript(migration.read_text())
+    sql = (root / "sql" / "sqlite" / "insert_task.sql").read_text()
+    return sql, lambda j, now, task_id: {
+        "id": task_id, "name": "noop", "queue": "default", "payload": json.dumps({"i": j}),
+        "metadata": "{}", "max_attempts": 3, "priority": 0, "run_at_ms": now, "parent_id": None,
+        "root_id": task_id, "correlation_id": None, "now_ms": now,
+    }  # fmt: skip
+
+
+def _limit(target: str, o: dict[str, Any], rows_per_commit: int, *, cairnq_schema: bool = False) -> dict[str, Any]:
+    """A bare sqlite3 loop inserting the rows a submit writes, one or 64 per
+    transaction, at the default durability (WAL, synchronous=FULL): into a
+    table without secondary indexes, or into the cairnq schema (the disk's
+    limit for the very rows and indexes a submit writes, without any SDK)."""
+    conn = sqlite3.connect(target, isolation_level=None)
+    conn.execute("pragma journal_mode = wal")
+    sql, row = _cairnq_schema(conn) if cairnq_schema else _bare_table(conn)
     n = o["limit_n"] * (1 if rows_per_commit == 1 else 4)
     started = time.perf_counter()
     for i in range(0, n, rows_per_commit):
@@ -277,58 +303,27 @@ def _limit(target: str, o: dict[str, Any], rows_per_commit: int) -> dict[str, An
             conn.execute("begin")
         for j in range(i, i + rows_per_commit):
             now = int(time.time() * 1000)
-            task_id = f"task_{j:026d}"
-            conn.execute(sql, (task_id, json.dumps({"i": j}), now, task_id, now, now))
+            conn.execute(sql, row(j, now, f"task_{j:026d}"))
         if rows_per_commit > 1:
             conn.execute("commit")
-    return {"value": n / (time.perf_counter() - started), "unit": f"rows/s ({rows_per_commit} per commit)"}
+    unit = f"rows/s ({rows_per_commit} per commit{', cairnq schema' if cairnq_schema else ''})"
+    return {"value": n / (time.perf_counter() - started), "unit": unit}
 
 
 def limit_commit1(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
     return _limit(target, o, 1)
 
 
-def _limit_schema(target: str, o: dict[str, Any], rows_per_commit: int) -> dict[str, Any]:
-    """The same loops, but into the real cairnq schema (the migration files run
-    by bare sqlite3) with the insert statement submit runs: the disk's limit
-    for the very rows and indexes a submit writes, without any SDK."""
-    root = Path(__file__).resolve().parent.parent / "protocol"
-    conn = sqlite3.connect(target, isolation_level=None)
-    conn.execute("pragma journal_mode = wal")
-    conn.execute("pragma foreign_keys = on")
-    for migration in sorted((root / "migrations" / "sqlite").glob("*.sql")):
-        conn.executescript(migration.read_text())
-    sql = (root / "sql" / "sqlite" / "insert_task.sql").read_text()
-    n = o["limit_n"] * (1 if rows_per_commit == 1 else 4)
-    started = time.perf_counter()
-    for i in range(0, n, rows_per_commit):
-        if rows_per_commit > 1:
-            conn.execute("begin")
-        for j in range(i, i + rows_per_commit):
-            now = int(time.time() * 1000)
-            task_id = f"task_{j:026d}"
-            conn.execute(
-                sql,
-                {"id": task_id, "name": "noop", "queue": "default", "payload": json.dumps({"i": j}),
-                 "metadata": "{}", "max_attempts": 3, "priority": 0, "run_at_ms": now, "parent_id": None,
-                 "root_id": task_id, "correlation_id": None, "now_ms": now},
-            )  # fmt: skip
-        if rows_per_commit > 1:
-            conn.execute("commit")
-    unit = f"rows/s ({rows_per_commit} per commit, cairnq schema)"
-    return {"value": n / (time.perf_counter() - started), "unit": unit}
+def limit_commit64(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    return _limit(target, o, 64)
 
 
 def limit_commit1_schema(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
-    return _limit_schema(target, o, 1)
+    return _limit(target, o, 1, cairnq_schema=True)
 
 
 def limit_commit64_schema(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
-    return _limit_schema(target, o, 64)
-
-
-def limit_commit64(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
-    return _limit(target, o, 64)
+    return _limit(target, o, 64, cairnq_schema=True)
 
 
 WORKLOADS: dict[str, Callable[..., Any]] = {

@@ -33,6 +33,7 @@ from typing import Any, Optional
 import pytest
 
 import refsdk
+from processes import until
 
 from cairnq import CairnQ
 
@@ -229,17 +230,6 @@ def sqlite_workers(tmp_path: Path, sqlite_backend: Any) -> Any:
 
 
 # -- helpers -------------------------------------------------------------------------
-
-
-async def until(pred: Any, timeout: float, what: str, interval: float = 0.01) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(interval)
 
 
 async def wait_exit(w: WorkerProc, timeout: float) -> int:
