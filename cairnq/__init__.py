@@ -9,6 +9,7 @@ twins (``"python"``).
 from __future__ import annotations
 
 from cairnq._speedups import IMPLEMENTATION as _IMPLEMENTATION
+from cairnq.backpressure import QueueDepthGate as _QueueDepthGate
 from cairnq.client import CairnQ
 from cairnq.context import TaskContext
 from cairnq.errors import (
@@ -29,9 +30,14 @@ from cairnq.errors import (
 from cairnq.models import STATUSES, Task, TaskDef, TaskRef, TaskStatus, is_terminal_status
 from cairnq.retention import Retention, RetentionRule
 from cairnq.store import Conflict, PostgresStore, SQLiteStore, TaskStore
+from cairnq.store.base import install_gate_factory as _install_gate_factory
 from cairnq.store.pg_executor import ListenUnavailable, PgExecutor, PgSession
 from cairnq.store.pg_pool import create_pool_executor
 from cairnq.worker import Worker
+
+# The composition root: storage cannot import the backpressure policy built on
+# top of it, so the store's use_backpressure() gets its gate class from here.
+_install_gate_factory(_QueueDepthGate)
 
 
 def _version() -> str:

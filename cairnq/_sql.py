@@ -23,6 +23,8 @@ __all__ = [
     "load_statements",
     "load_migrations",
     "strip_comments",
+    "statement_params",
+    "specialize",
     "DIALECTS",
 ]
 
@@ -43,6 +45,28 @@ def strip_comments(sql: str) -> str:
     """Drop ``--`` comments and blank lines (no statement here quotes ``--``)."""
     lines = (_COMMENT.sub("", line).rstrip() for line in sql.splitlines())
     return "\n".join(line for line in lines if line.strip())
+
+
+def statement_params(sql: str) -> tuple[str, ...]:
+    """The distinct ``:name`` parameters of a statement, in order of first
+    appearance (comments ignored, ``::casts`` are not parameters): the order a
+    positional driver binds them in."""
+    return tuple(dict.fromkeys(_PARAM.findall(strip_comments(sql))))
+
+
+def specialize(sql: str, params: Mapping[str, Any]) -> str:
+    """Any statement's optional filters made plain equalities where given.
+
+    "(:p is null or col = :p)" becomes "col = :p" when ``params[p]`` is not
+    None; filters left None stay as written (OPERATIONS.md §9.2). The store's
+    own statements go through ``Statement.specialize``, which caches the result
+    per combination and also drops the unused ones.
+    """
+
+    def rewrite(m: re.Match[str]) -> str:
+        return f"{m['col']} = :{m['p']}" if params.get(m["p"]) is not None else m.group(0)
+
+    return _FILTER.sub(rewrite, sql)
 
 
 @dataclass(frozen=True)
@@ -124,7 +148,7 @@ def _load_statements(root: Path, dialect: str) -> dict[str, Statement]:
     out: dict[str, Statement] = {}
     for path in sorted((root / "sql" / dialect).glob("*.sql")):
         text = strip_comments(path.read_text(encoding="utf-8"))
-        params = tuple(dict.fromkeys(_PARAM.findall(text)))
+        params = statement_params(text)
         filters = tuple(dict.fromkeys((m["p"], m["col"]) for m in _FILTER.finditer(text)))
         out[path.stem] = Statement(
             name=path.stem,

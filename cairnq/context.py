@@ -118,12 +118,14 @@ class TaskContext:
     def _mark_settled(self) -> None:
         self._settled = True
 
-    def _observe(self, task: Optional[Task]) -> None:
+    def _observe(self, task: Optional[Task]) -> Optional[Task]:
+        """Note a fresh snapshot's cancel request; hands the snapshot back."""
         if task is not None and task.cancel_requested_at_ms is not None:
             self._cancel_seen = True
+        return task
 
-    def _observe_cancel(self, flag: bool) -> None:
-        if flag:
+    def _observe_cancel(self, cancel_requested: bool) -> None:
+        if cancel_requested:
             self._cancel_seen = True
 
     def _require_lease(self) -> None:

@@ -64,7 +64,7 @@ class TaskTimeout(CairnQError):
         task: Any = None,
         key: str | None = None,
     ) -> None:
-        subject = f"key {key}" if key is not None and task_id == key else f"task {task_id}"
+        subject = f"key {key}" if key is not None else f"task {task_id}"
         if timeout_ms is None:
             text = f"{subject} did not finish in time"
         else:

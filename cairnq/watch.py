@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Sequence
 
 if TYPE_CHECKING:
-    from cairnq.store.base import TaskStore
+    from cairnq.store.base import PushReason, TaskStore
 
 log = logging.getLogger("cairnq.watch")
 
@@ -86,8 +86,11 @@ class Watch:
         except Exception:
             log.debug("watch callback raised", exc_info=True)
 
+    def _pushed(self, reason: PushReason, queue: Optional[str], task_id: Optional[str]) -> None:
+        self._emit(WatchSignal(reason, queue=queue, task_id=task_id))
+
     async def _run(self) -> None:
-        unsubscribe = await self._store._watch_push(self._emit)
+        unsubscribe = await self._store._watch_push(self._pushed)
         try:
             while True:
                 changed = await self._store._wait_for_change(self._poll_s)

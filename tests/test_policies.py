@@ -125,7 +125,14 @@ async def _finished_tasks(q: CairnQ, n: int, **submit) -> list[str]:
         task = await q.submit("n", **submit)
         await q.cancel(task.id)
         ids.append(task.id)
+    await _next_millisecond()
     return ids
+
+
+async def _next_millisecond() -> None:
+    """Purge's cutoff is strict (completed_at_ms < now - older_than_ms): a task
+    finished in this very millisecond is not yet older than 0 ms."""
+    await asyncio.sleep(0.002)
 
 
 async def test_sweep_purges_in_batches_until_short(backend) -> None:
@@ -154,6 +161,7 @@ async def test_per_status_retention_keeps_unlisted_statuses(backend) -> None:
     t = await q.submit("n")
     [c] = await store.claim(queues=["default"], worker_id="w")
     await store.complete(task_id=c.id, worker_id="w", result=None)
+    await _next_millisecond()
     sweeper = RetentionSweeper(store, Retention({"succeeded": 0}))
     assert await sweeper.sweep() == 1
     assert {x.status for x in await q.list()} == {"canceled"}

@@ -552,6 +552,7 @@ async def test_trigger_notifications(pg):
         assert notes.take(1) == [("cairnq_done", t2.id)]
         run_sql(dsn, "update cairnq_tasks set status = 'failed' where id = %s", [t2.id])
         assert notes.take() == []  # canceled -> failed
+        await asyncio.sleep(0.002)  # purge's cutoff is strict: finished >= 1 ms ago
         assert sorted(await store.purge(older_than_ms=0)) == sorted([t1.id, t2.id, t3.id, t4.id])
         assert notes.take() == []
 
@@ -903,6 +904,7 @@ async def test_protocol_only_executor_runs_every_operation(pg):
             "sq": {"queued": 1, "running": 0, "succeeded": 1, "failed": 1, "canceled": 0}
         }
         assert (await store.cancel_by_key("seam-key")).status == "canceled"
+        await asyncio.sleep(0.002)  # purge's cutoff is strict: finished >= 1 ms ago
         assert sorted(await store.purge(older_than_ms=0, queue="sq")) == sorted([a.id, b.id, k1.id])
 
         await store.close()

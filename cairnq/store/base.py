@@ -12,7 +12,9 @@ seam:
 
 Rows come back as sequences in table order (``select *`` / ``returning *``),
 decoded to ``Task`` by the compiled kernel. Storage imports nothing above it:
-backpressure and retention are handed in as objects with one method each.
+backpressure and retention are handed in as objects with one method each, and
+the gate class behind ``use_backpressure`` is installed by the package root
+(``install_gate_factory``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Awaitable, Callable, Literal, Mapping, Protocol, Sequence
 
 from cairnq._ids import new_id
+from cairnq._sql import specialize, statement_params
 from cairnq._speedups import decode_beats, decode_task, decode_tasks, dumps
 from cairnq.errors import (
     AlreadyExists,
@@ -59,6 +62,8 @@ __all__ = [
     "LEASE_EXPIRED_ERROR_JSON",
     "claim_statement",
     "probe_statement",
+    "specialize",
+    "statement_params",
 ]
 
 Conflict = Literal["reuse", "reuse-succeeded", "reject", "replace"]
@@ -77,10 +82,28 @@ LEASE_EXPIRED_ERROR_JSON = (
 
 
 
+# What a driver with push notifications reports: new work in a queue, or a
+# task that finished.
+PushReason = Literal["queued", "done"]
+
+
 class QueueGate(Protocol):
     """What the store needs from backpressure: wait for room in a queue."""
 
     async def acquire(self, queue: str) -> None: ...
+
+
+# Builds the gate ``use_backpressure`` installs: cairnq.backpressure's
+# QueueDepthGate, wired in by the package root (cairnq/__init__.py), so the
+# policy can live above storage and the store's 0.15.1 method keeps working.
+GateFactory = Callable[..., QueueGate]
+_gate_factory: GateFactory | None = None
+
+
+def install_gate_factory(factory: GateFactory) -> None:
+    """Set what ``TaskStore.use_backpressure`` builds (done once by ``import cairnq``)."""
+    global _gate_factory
+    _gate_factory = factory
 
 
 class Sweeper(Protocol):
@@ -141,14 +164,15 @@ class TaskStore(ABC):
     async def protocol_version(self) -> int: ...
 
     @abstractmethod
-    async def _fetch(
-        self, name: str, params: dict[str, Any], *, ride: bool = False
-    ) -> builtins.list[Any]:
+    async def _fetch(self, name: str, params: dict[str, Any]) -> builtins.list[Any]:
         """Run statement ``name`` on its own (autocommit) and return its rows.
+        (0.15.1's hook, same signature: subclasses wrap it, for metrics say.)"""
 
-        ``ride``: a write nobody is waiting on (a worker's settlements and
-        beats); a driver may hold it briefly to commit it with the next
-        transaction instead of on its own."""
+    async def _fetch_deferred(self, name: str, params: dict[str, Any]) -> builtins.list[Any]:
+        """``_fetch`` for a write nobody is waiting on (a worker's settlements
+        and beats): a driver may hold it briefly to commit it with its next
+        transaction instead of on its own. By default, plain ``_fetch``."""
+        return await self._fetch(name, params)
 
     @abstractmethod
     def _transaction(self) -> AbstractAsyncContextManager[Fetch]:
@@ -190,8 +214,12 @@ class TaskStore(ABC):
         await asyncio.sleep(timeout_ms / 1000)
         return None
 
-    async def _watch_push(self, emit: Callable[[Any], None]) -> Callable[[], None] | None:
-        """Subscribe ``emit`` to pushed WatchSignals; returns an unsubscribe, or None."""
+    async def _watch_push(
+        self, emit: Callable[[PushReason, str | None, str | None], None]
+    ) -> Callable[[], None] | None:
+        """Subscribe ``emit(reason, queue, task_id)`` to pushed notifications
+        ("queued" with its queue, "done" with its task id); returns an
+        unsubscribe, or None when the driver pushes nothing."""
         return None
 
     async def _wait_for_change(self, timeout_s: float) -> bool:
@@ -215,9 +243,9 @@ class TaskStore(ABC):
     def use_backpressure(
         self, max_queue_depth: Any, *, max_queue_wait_ms: int = 600_000
     ) -> None:
-        from cairnq.backpressure import QueueDepthGate  # the policy lives above storage
-
-        self._gate = QueueDepthGate(self, max_queue_depth, max_queue_wait_ms=max_queue_wait_ms)
+        if _gate_factory is None:  # only when cairnq/__init__.py has not run
+            raise RuntimeError("no backpressure gate installed; import cairnq first")
+        self._gate = _gate_factory(self, max_queue_depth, max_queue_wait_ms=max_queue_wait_ms)
 
     def use_retention(self, sweeper: Sweeper) -> None:
         self._sweeper = sweeper
@@ -550,7 +578,8 @@ class TaskStore(ABC):
         if not task_ids:
             return {}
         params = {"ids": builtins.list(task_ids), "worker_id": worker_id, "lease_ms": lease_ms}
-        return decode_beats(await self._fetch("heartbeat_batch", params, ride=ride))
+        fetch = self._fetch_deferred if ride else self._fetch
+        return decode_beats(await fetch("heartbeat_batch", params))
 
     async def progress(
         self,
@@ -608,7 +637,8 @@ class TaskStore(ABC):
         if not task_ids:
             return {}
         params = {"ids": builtins.list(task_ids), "worker_id": worker_id, "result": result_json}
-        return {row[0]: row[1] for row in await self._fetch("complete_many", params, ride=ride)}
+        fetch = self._fetch_deferred if ride else self._fetch
+        return {row[0]: row[1] for row in await fetch("complete_many", params)}
 
     async def _complete_each_json(
         self,
@@ -628,7 +658,8 @@ class TaskStore(ABC):
             "worker_id": worker_id,
             "results": builtins.list(results_json),
         }
-        return {row[0]: row[1] for row in await self._fetch("complete_each", params, ride=ride)}
+        fetch = self._fetch_deferred if ride else self._fetch
+        return {row[0]: row[1] for row in await fetch("complete_each", params)}
 
     async def complete_in(
         self,

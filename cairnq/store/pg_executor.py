@@ -14,6 +14,10 @@ from typing import Any, AsyncContextManager, Callable, Protocol, Sequence, runti
 __all__ = ["PgSession", "PgExecutor", "ListenUnavailable"]
 
 
+# on_notify(channel, payload) of listen().
+ListenCallback = Callable[[str, "str | None"], None]
+
+
 class ListenUnavailable(Exception):
     """LISTEN can never work on this executor (e.g. a transaction-mode pooler).
 
@@ -43,7 +47,13 @@ class PgExecutor(PgSession, Protocol):
         """Release resources (called only for executors the store created)."""
         ...
 
-
-# Optional member, looked up with getattr by the store:
-#   async def listen(channels, on_notify, on_close) -> Callable[[], None]
-ListenCallback = Callable[[str, "str | None"], None]
+    async def listen(
+        self, channels: Sequence[str], on_notify: ListenCallback, on_close: Callable[[], None]
+    ) -> Callable[[], None]:
+        """Optional: subscribe one dedicated connection to ``channels``; call
+        ``on_notify(channel, payload)`` per notification and ``on_close()`` if
+        the connection drops by itself; return a sync ``stop()``. Raise
+        ``ListenUnavailable`` when LISTEN can never work. The store looks it up
+        with getattr: an executor without it (or with only this declaration,
+        inherited) is polled instead."""
+        ...

@@ -14,7 +14,7 @@ import asyncio
 import logging
 from typing import Any, Callable, Iterable, Optional
 
-from cairnq.store.pg_executor import ListenUnavailable
+from cairnq.store.pg_executor import ListenUnavailable, PgExecutor
 
 log = logging.getLogger("cairnq.store")
 
@@ -29,7 +29,10 @@ LISTENER_RETRY_MAX_MS = 30_000
 class Listener:
     def __init__(self, executor: Any, dsn: Optional[str]) -> None:
         self._executor = executor
-        self._listen = getattr(executor, "listen", None)
+        listen = getattr(executor, "listen", None)
+        if getattr(listen, "__func__", None) is PgExecutor.listen:
+            listen = None  # only the protocol's declaration, inherited: nothing to call
+        self._listen = listen
         self._disabled = self._listen is None
         self._connected = False
         self._stop: Optional[Callable[[], None]] = None

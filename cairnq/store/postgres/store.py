@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Optional
 
 from cairnq._sql import Statement, load_migrations, load_statements
 from cairnq.errors import SchemaMismatch, SerializationError
-from cairnq.store.base import Fetch, TaskStore, check_protocol_version
+from cairnq.store.base import Fetch, PushReason, TaskStore, check_protocol_version
 from cairnq.store.pg_pool import check_schema_name, create_pool_executor
 from cairnq.store.postgres.batcher import PgWriteBatcher
 from cairnq.store.postgres.listener import DONE_CHANNEL, QUEUED_CHANNEL, Listener
@@ -266,7 +266,7 @@ class PostgresStore(TaskStore):
 
     # -- the driver seam ---------------------------------------------------------
 
-    async def _fetch(self, name: str, params: dict[str, Any], *, ride: bool = False) -> list[Any]:
+    async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
         if self._executor is None:
             await self._connected()
         text, values = self._bind(name, params)
@@ -338,17 +338,17 @@ class PostgresStore(TaskStore):
             return False
         return await listener.wait_done(task_id, timeout_ms / 1000)
 
-    async def _watch_push(self, emit: Any) -> Any:
-        from cairnq.watch import WatchSignal
-
+    async def _watch_push(
+        self, emit: Callable[[PushReason, Optional[str], Optional[str]], None]
+    ) -> Optional[Callable[[], None]]:
         await self._connected()
         if self._listener is None:
             return None
 
         def forward(channel: str, payload: Optional[str]) -> None:
             if channel == QUEUED_CHANNEL:
-                emit(WatchSignal("queued", queue=payload))
+                emit("queued", payload, None)
             elif channel == DONE_CHANNEL:
-                emit(WatchSignal("done", task_id=payload))
+                emit("done", None, payload)
 
         return self._listener.subscribe(forward)
