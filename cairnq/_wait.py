@@ -31,19 +31,23 @@ DEFAULT_POLL_MS = 100
 MAX_POLL_MS = 500
 
 
-def next_poll_ms(current: int, max_ms: int) -> int:
+def next_poll_ms(current: float, max_ms: float) -> float:
     """100, 150, 225, 337, 500, 500, ... (x1.5, at least +1, capped)."""
     return min(max_ms, max(current + 1, int(current * 1.5)))
 
 
-def _check(timeout_ms: int, poll_ms: int, max_poll_ms: int) -> None:
+def _check(timeout_ms: float, poll_ms: float, max_poll_ms: float) -> float:
+    """The timeout to use. Any real number goes (``seconds * 1000`` is a
+    float); a negative timeout, as a deadline computed too late gives, is no
+    time left: one look, then TaskTimeout, as in 0.15.1; ``inf`` waits on."""
     for what, value in (("timeout_ms", timeout_ms), ("poll_ms", poll_ms), ("max_poll_ms", max_poll_ms)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{what} must be an int, got {type(value).__name__}")
-    if timeout_ms < 0:
-        raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{what} must be a number, got {type(value).__name__}")
+        if value != value:
+            raise ValueError(f"{what} must not be NaN")
     if poll_ms < 1 or max_poll_ms < 1:
         raise ValueError("poll_ms and max_poll_ms must be >= 1")
+    return min(max(0.0, timeout_ms), 2.0**53)  # inf: as good as forever
 
 
 async def poll_wait(
@@ -55,8 +59,7 @@ async def poll_wait(
     max_poll_ms: int = MAX_POLL_MS,
 ) -> Task:
     """The terminal task (any terminal status), or TaskTimeout."""
-    _check(timeout_ms, poll_ms, max_poll_ms)
-    deadline = time.monotonic() + timeout_ms / 1000
+    deadline = time.monotonic() + _check(timeout_ms, poll_ms, max_poll_ms) / 1000
     interval = poll_ms
     snapshot: Task | None = None
     told = False  # the store said this task finished: read it whole at once
@@ -93,8 +96,7 @@ async def poll_wait_by_key(
     """Wait for whatever task ``key`` points at, re-resolving it on every beat (a
     ``replace`` mid-wait moves the wait onto the new task; a key with no task
     yet is waited for, not rejected)."""
-    _check(timeout_ms, poll_ms, max_poll_ms)
-    deadline = time.monotonic() + timeout_ms / 1000
+    deadline = time.monotonic() + _check(timeout_ms, poll_ms, max_poll_ms) / 1000
     interval = poll_ms
     snapshot: Task | None = None
     while True:

@@ -105,7 +105,7 @@ class TaskFailed(CairnQError):
         self.code: str = env.get("code", "task_error")
         self.message: str = env.get("message", "task failed")
         self.retryable: bool = bool(env.get("retryable", False))
-        self.details: dict[str, Any] = env.get("details", {})
+        self.details: dict[str, Any] = env.get("details") or {}  # a stored null reads as {}
         super().__init__(self.message)
 
 

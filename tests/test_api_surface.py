@@ -11,6 +11,7 @@ import importlib
 import inspect
 import json
 import re
+from typing import Any
 
 import pytest
 
@@ -149,6 +150,20 @@ def test_exception_hierarchy() -> None:
         assert issubclass(getattr(cairnq, name), cairnq.CairnQError), name
     assert not issubclass(cairnq.ListenUnavailable, cairnq.CairnQError)
     assert issubclass(cairnq.ListenUnavailable, Exception)
+
+
+@pytest.mark.parametrize(
+    ("envelope", "fields"),
+    [
+        (None, ("TaskError", "task_error", "task failed", False, {})),
+        ({}, ("TaskError", "task_error", "task failed", False, {})),
+        ({"type": "X", "details": None}, ("X", "task_error", "task failed", False, {})),
+        ({"code": "c", "message": "m", "retryable": 1, "details": {"a": 1}}, ("TaskError", "c", "m", True, {"a": 1})),
+    ],
+)
+def test_task_failed_reads_the_envelope(envelope: Any, fields: tuple[Any, ...]) -> None:
+    err = cairnq.TaskFailed(envelope)
+    assert (err.type, err.code, err.message, err.retryable, err.details) == fields
 
 
 def test_models() -> None:

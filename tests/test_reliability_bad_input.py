@@ -12,7 +12,8 @@ What each case raises (the observed contract, asserted below):
 | NUL in a JSON string, Postgres                   | cairnq.SerializationError (payload, metadata, result)    |
 | NUL in a JSON string, SQLite                     | accepted, round-trips                                    |
 | NUL in name/queue/key, Postgres                  | psycopg.DataError from the driver (nothing written)      |
-| bad name/queue/key/metadata types                | TypeError; empty name/queue/key: ValueError              |
+| bad name/queue/key/metadata types                | TypeError; empty name/queue: ValueError (a key of "" is  |
+|                                                  |   a key like any other, as in 0.15.1)                    |
 | bad priority/delay_ms/max_attempts               | TypeError (type) / ValueError (range)                    |
 | unknown conflict strategy                        | ValueError                                               |
 | read-only SQLite file                            | writes: sqlite3.OperationalError (SQLITE_READONLY,       |
@@ -255,7 +256,6 @@ INVALID_SUBMITS = [
     ("conflict wrong case", {"conflict": "REUSE", "key": "k"}, ValueError),
     ("conflict None", {"conflict": None, "key": "k"}, ValueError),
     ("conflict unknown, no key", {"conflict": "overwrite"}, ValueError),
-    ("key empty", {"key": ""}, ValueError),
     ("key int", {"key": 5}, TypeError),
     ("metadata list", {"metadata": [1]}, TypeError),
 ]

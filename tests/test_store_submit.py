@@ -478,6 +478,18 @@ async def test_keyed_submit_free_key(backend: Any) -> None:
         assert rows[0]["updated_at_ms"] == rows[0]["created_at_ms"]
 
 
+async def test_the_empty_string_is_a_key_like_any_other(backend: Any) -> None:
+    q = backend.client()
+    t = await q.submit("k", key="")
+    assert (await q.submit("k", key="")).id == t.id  # reuse
+    with pytest.raises(cairnq.AlreadyExists) as err:
+        await q.submit("k", key="", conflict="reject")
+    assert err.value.key == ""
+    assert (await q.get_by_key("")).id == t.id
+    assert (await q.cancel_by_key("")).status == "canceled"
+    assert (await q.retry_by_key("")).status == "queued"
+
+
 @pytest.mark.parametrize("strategy", ["reuse", "reuse-succeeded", "reject", "replace"])
 async def test_every_strategy_inserts_when_key_free(backend: Any, strategy: str) -> None:
     q = backend.client()

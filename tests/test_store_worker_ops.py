@@ -171,6 +171,22 @@ async def test_ownership_lease_expired(backend: Any) -> None:
         assert await snapshot(backend, store, t.id) == before, op
 
 
+async def test_a_zero_lease_is_expired_at_once(backend: Any) -> None:
+    """lease_ms=0 (0.15.1 takes it): the claim holds the task with a lease that
+    is already over, so the next claim recovers it."""
+    store = backend.store()
+    t = await claimed(store, worker="w1", lease_ms=0)
+    with pytest.raises(LostLease):
+        await store.heartbeat(task_id=t.id, worker_id="w1", lease_ms=0)
+    assert await store.heartbeat_batch(task_ids=[], worker_id="w1", lease_ms=0) == {}
+    await asyncio.sleep(0.002)
+    [again] = await store.claim(queues=[t.queue], worker_id="w2")
+    assert (again.id, again.attempt, again.worker_id) == (t.id, 2, "w2")
+    for bad in (-1, 2**63):
+        with pytest.raises(ValueError):
+            await store.claim(queues=[t.queue], worker_id="w2", lease_ms=bad)
+
+
 async def test_ownership_lease_equal_to_now_is_lost(
     sqlite_backend: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

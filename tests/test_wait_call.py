@@ -182,6 +182,25 @@ async def test_call_forwards_submit_keywords_and_times_out(backend) -> None:
 async def test_wait_argument_validation(backend) -> None:
     q = backend.client()
     with pytest.raises(ValueError):
-        await q.wait("task_x", timeout_ms=-1)
-    with pytest.raises(ValueError):
         await q.wait("task_x", timeout_ms=10, poll_ms=0)
+    with pytest.raises(TypeError):
+        await q.wait("task_x", timeout_ms="10")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        await q.wait("task_x", timeout_ms=float("nan"))
+
+
+async def test_wait_takes_float_and_negative_timeouts(backend) -> None:
+    """A deadline computed in seconds gives floats, and may already be past:
+    both mean what they say (0.15.1 accepts them too)."""
+    q = backend.client()
+    task = await q.submit("nobody.runs.this")
+    started = time.monotonic()
+    with pytest.raises(TaskTimeout) as err:
+        await q.wait(task.id, timeout_ms=-250)
+    assert time.monotonic() - started < 0.5 and err.value.task_id == task.id
+    with pytest.raises(TaskTimeout):
+        await q.wait(task.id, timeout_ms=0.05 * 1000, poll_ms=10.0)
+    with pytest.raises(TaskTimeout):
+        await q.wait_by_key("no-such-key", timeout_ms=-1)
+    await q.cancel(task.id)
+    assert (await q.wait(task.id, timeout_ms=float("inf"))).status == "canceled"

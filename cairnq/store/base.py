@@ -301,7 +301,7 @@ class TaskStore(ABC):
             check_text("name", name)
             check_text("queue", queue)
         if key is not None or parent_id is not None or root_id is not None or correlation_id is not None:
-            check_text("key", key, optional=True)
+            check_text("key", key, optional=True, empty=True)  # keys are opaque: "" is one
             check_text("parent_id", parent_id, optional=True)
             check_text("root_id", root_id, optional=True)
             check_text("correlation_id", correlation_id, optional=True)
@@ -477,7 +477,7 @@ class TaskStore(ABC):
         lease_ms: int,
         names: Sequence[str] | None,
     ) -> dict[str, Any]:
-        check_int("lease_ms", lease_ms, minimum=1, maximum=DURATION_MS_MAX)
+        check_int("lease_ms", lease_ms, minimum=0, maximum=DURATION_MS_MAX)  # 0: expired at once
         check_text("worker_id", worker_id)
         queues = unique_names(queues, "queues")
         names = None if names is None else unique_names(names, "names")
@@ -560,7 +560,7 @@ class TaskStore(ABC):
         return self._task(rows[0])
 
     async def heartbeat(self, *, task_id: str, worker_id: str, lease_ms: int = 30_000) -> Task:
-        check_int("lease_ms", lease_ms, minimum=1, maximum=DURATION_MS_MAX)
+        check_int("lease_ms", lease_ms, minimum=0, maximum=DURATION_MS_MAX)  # 0: expired at once
         params = {"id": task_id, "worker_id": worker_id, "lease_ms": lease_ms}
         return await self._owned(task_id, "heartbeat", params)
 
@@ -569,7 +569,7 @@ class TaskStore(ABC):
     ) -> dict[str, bool]:
         """Renew every lease in ``task_ids``: ``{id: cancel_requested}`` for each
         one still held. Absent ids lost their lease; this never raises LostLease."""
-        check_int("lease_ms", lease_ms, minimum=1, maximum=DURATION_MS_MAX)
+        check_int("lease_ms", lease_ms, minimum=0, maximum=DURATION_MS_MAX)  # 0: expired at once
         return await self._heartbeat_batch(task_ids, worker_id, lease_ms, ride=False)
 
     async def _heartbeat_batch(

@@ -40,12 +40,13 @@ def check_int(
         raise ValueError(f"{what} must be <= {maximum}, got {value}")
 
 
-def check_text(what: str, value: Any, *, optional: bool = False) -> None:
+def check_text(what: str, value: Any, *, optional: bool = False, empty: bool = False) -> None:
+    """A str (None too when ``optional``; "" too when ``empty``)."""
     if value is None and optional:
         return
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, got {type(value).__name__}")
-    if not value:
+    if not value and not empty:
         raise ValueError(f"{what} must not be empty")
 
 
