@@ -60,7 +60,7 @@ async def poll_wait(
 ) -> Task:
     """The terminal task (any terminal status), or TaskTimeout."""
     deadline = time.monotonic() + _check(timeout_ms, poll_ms, max_poll_ms) / 1000
-    interval = poll_ms
+    interval: float = poll_ms
     snapshot: Task | None = None
     told = False  # the store said this task finished: read it whole at once
     while True:
@@ -97,7 +97,7 @@ async def poll_wait_by_key(
     ``replace`` mid-wait moves the wait onto the new task; a key with no task
     yet is waited for, not rejected)."""
     deadline = time.monotonic() + _check(timeout_ms, poll_ms, max_poll_ms) / 1000
-    interval = poll_ms
+    interval: float = poll_ms
     snapshot: Task | None = None
     while True:
         ref = await store.get_status_by_key(key)
