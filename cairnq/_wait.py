@@ -81,7 +81,7 @@ async def poll_wait(
             )
         # A store with a push channel returns True when told this very task
         # finished (PostgreSQL's cairnq_done); others return None after sleeping.
-        told = await store.task_done_wake(task_id, min(interval, remaining)) is True
+        told = await store.task_done_wake(task_id, int(min(interval, remaining))) is True
         interval = next_poll_ms(interval, max_poll_ms)
 
 
@@ -113,7 +113,7 @@ async def poll_wait_by_key(
             )
         sleep_ms = min(interval, remaining)
         if ref is not None:
-            await store.task_done_wake(ref.id, sleep_ms)
+            await store.task_done_wake(ref.id, int(sleep_ms))
         else:
             await asyncio.sleep(sleep_ms / 1000)
         interval = next_poll_ms(interval, max_poll_ms)

@@ -639,6 +639,40 @@ async def test_task_done_wake_woken_by_another_store(pg):
     assert time.monotonic() - start < 0.3
 
 
+async def test_task_done_wake_says_it_was_told_and_wait_reads_the_row_once(pg):
+    """A cairnq_done for the awaited task: task_done_wake returns True, and the
+    waiter reads the finished row with one ``get`` (no status probe first)."""
+    from cairnq import CairnQ, PostgresStore
+
+    class Metered(PostgresStore):
+        seen: list[str] = []
+
+        async def _fetch(self, name, params):
+            self.seen.append(name)
+            return await super()._fetch(name, params)
+
+    waiter_store, other = Metered(pg.target), pg.store()
+    try:
+        await listening(waiter_store)
+        task = await other.submit(name="d", queue="tq")
+        wait = asyncio.ensure_future(CairnQ(waiter_store).wait(task.id, timeout_ms=5_000, poll_ms=2_000))
+        await asyncio.sleep(0.1)  # one status probe, then asleep for 2 s
+        Metered.seen.clear()
+        await other.cancel(task.id)
+        done = await asyncio.wait_for(wait, 1)
+        assert done.status == "canceled"
+        assert Metered.seen == ["get"]
+
+        queued = await other.submit(name="d", queue="tq")
+        told = asyncio.ensure_future(waiter_store.task_done_wake(queued.id, 5_000))
+        await asyncio.sleep(0.05)
+        await other.cancel(queued.id)
+        assert await told is True
+        assert await waiter_store.task_done_wake(queued.id, 10) is False  # a timeout: not told
+    finally:
+        await waiter_store.close()
+
+
 async def test_worker_with_long_poll_interval_picks_up_at_once_when_listening(pg):
     store, client = pg.store(), pg.client()
     await listening(store)

@@ -107,7 +107,7 @@ class Listener:
                     _wake(waiter)
         elif channel == DONE_CHANNEL and payload is not None:
             for waiter in self._done_waiters.pop(payload, ()):
-                _wake(waiter)
+                _wake(waiter, True)  # told: the waiter reads the whole row at once
         for callback in list(self._subscribers):
             try:
                 callback(channel, payload)
