@@ -673,6 +673,82 @@ async def test_task_done_wake_says_it_was_told_and_wait_reads_the_row_once(pg):
         await waiter_store.close()
 
 
+def _metered_store(pg: Any) -> Any:
+    """A PostgresStore noting the name of every lone statement (``_fetch``)."""
+    from cairnq import PostgresStore
+
+    class Metered(PostgresStore):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.seen: list[str] = []
+
+        async def _fetch(self, name, params):
+            self.seen.append(name)
+            return await super()._fetch(name, params)
+
+    return Metered(pg.target)
+
+
+async def test_worker_told_of_work_claims_without_probing_and_idles_after_a_short_claim(pg):
+    """Woken by cairnq_queued, the worker claims at once (no probe), in
+    autocommit (no transaction), and a claim that found less than it could
+    take sends it back to sleep instead of probing again."""
+    store, client = _metered_store(pg), pg.client()
+    await listening(store)
+    await client.connect()
+    worker = pg.worker(("nq",), store=store, concurrency=4, poll_interval_ms=5_000)
+    transactions = 0
+    begin = store._transaction
+
+    def counting_transaction():
+        nonlocal transactions
+        transactions += 1
+        return begin()
+
+    store._transaction = counting_transaction
+
+    @worker.task("n")
+    async def handler(ctx, payload):
+        return payload
+
+    async with worker.background():
+        await asyncio.sleep(0.3)  # its first probe found nothing: asleep for up to 5 s
+        store.seen.clear()
+        transactions = 0
+        for i in range(3):
+            assert await client.call("n", {"i": i}, queue="nq", timeout_ms=3_000) == {"i": i}
+        await asyncio.sleep(0.1)
+        assert not [n for n in store.seen if n.startswith("claimable_probe")], store.seen
+        assert transactions == 0
+
+
+async def test_a_worker_kept_busy_by_notifications_still_recovers_expired_leases(pg):
+    """Claims that skip the probe skip lease recovery too; the worker still
+    probes (and recovers) at least once per poll interval."""
+    store, client = pg.store(), pg.client()
+    await listening(store)
+    await client.connect()
+    lost = await client.submit("n", {"lost": True}, queue="rq")
+    [claimed] = await client.store.claim(queues=["rq"], worker_id="w_dead", lease_ms=100)
+    assert claimed.id == lost.id
+    worker = pg.worker(("rq",), store=store, concurrency=2, poll_interval_ms=300)
+
+    @worker.task("n")
+    async def handler(ctx, payload):
+        return payload
+
+    async with worker.background():
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            await client.submit("n", {}, queue="rq")  # news of work every 20 ms
+            got = await client.get(lost.id)
+            if got is not None and got.status == "succeeded":
+                break
+            await asyncio.sleep(0.02)
+    got = await client.get(lost.id)
+    assert got is not None and (got.status, got.attempt) == ("succeeded", 2)
+
+
 async def test_worker_with_long_poll_interval_picks_up_at_once_when_listening(pg):
     store, client = pg.store(), pg.client()
     await listening(store)
@@ -1343,7 +1419,7 @@ async def test_kept_connection_serves_lone_statements_and_goes_back_on_close(pg)
 
 
 async def test_kept_connection_terminated_is_replaced(pg):
-    dsn, db = pg.target, pg.database
+    dsn = pg.target
     store = pg.store(max_size=4)
     await store.connect()
     task = await store.submit(name="h", queue="hq")

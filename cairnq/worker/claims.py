@@ -31,6 +31,9 @@ class ClaimPlanner:
         self._registry = registry
         self._claim_batch = claim_batch
         self._start = 0
+        # Set by each plan run: some draw came back with fewer rows than it
+        # asked for, so nothing more was due in that source at claim time.
+        self.drew_short = False
 
     def plan(
         self, free_calls: int, in_use: Callable[[str], int]
@@ -45,6 +48,7 @@ class ClaimPlanner:
             sources = sources[start:] + sources[:start]
 
         async def run(draw: ClaimDraw) -> list[Call]:
+            self.drew_short = False
             calls: list[Call] = []
             left = free_calls
             drawn: dict[str, int] = defaultdict(int)
@@ -54,7 +58,10 @@ class ClaimPlanner:
                 quota = self._quota(source, left, in_use, drawn)
                 if quota <= 0:
                     continue
-                rows = await draw(list(source.names), source.batch * quota)
+                asked = source.batch * quota
+                rows = await draw(list(source.names), asked)
+                if len(rows) < asked:
+                    self.drew_short = True
                 made = self._calls(rows)
                 calls.extend(made)
                 left -= len(made)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from typing import Any, AsyncContextManager, Callable, Optional, Sequence, TypeVar, Union, overload
 
@@ -294,6 +295,8 @@ class Worker:
     async def _poll_loop(self, limit: int) -> None:
         stop = self._stop_event
         assert stop is not None and self._call_done is not None
+        told = False  # the store just told of new work: claim without probing
+        probe_due = 0.0  # ... unless a probe (it also finds expired leases) is due
         while not self._stopping:
             free = limit - self._running
             if free > 0 and self._max_in_flight_bytes is not None:
@@ -305,34 +308,47 @@ class Worker:
             if not self._registry.sources:
                 await self._idle(resource_wake=False)
                 continue
+            probe = not told or time.monotonic() >= probe_due
+            told = False
             try:
-                calls = await self._store.claim_session(
-                    queues=self._queues,
-                    worker_id=self._worker_id,
-                    lease_ms=self._lease_ms,
-                    names=list(self._registry.names),
-                    plan=self._planner.plan(free, self._in_use.__getitem__),
-                )
+                plan = self._planner.plan(free, self._in_use.__getitem__)
+                names = list(self._registry.names)
+                if getattr(self._store.claim_session, "__func__", None) is not TaskStore.claim_session:
+                    # A store (or instance) that wraps claim_session gets every claim through it.
+                    probe = True
+                    calls = await self._store.claim_session(
+                        queues=self._queues, worker_id=self._worker_id, lease_ms=self._lease_ms,
+                        names=names, plan=plan,
+                    )  # fmt: skip
+                else:
+                    calls = await self._store._claim_session(
+                        self._queues, self._worker_id, self._lease_ms, names, plan,
+                        probe=probe, single_draw=len(self._registry.sources) == 1,
+                    )  # fmt: skip
             except Exception as exc:
                 self._report(exc, {"phase": "claim"})
                 await self._first_of(asyncio.sleep(CLAIM_ERROR_BACKOFF_S), stop.wait())
                 continue
+            if probe:
+                probe_due = time.monotonic() + self._poll_interval_ms / 1000
             if calls:
                 for call in calls:
                     self._dispatch(call)
-            else:
-                await self._idle(resource_wake=True)
+            if not calls or self._planner.drew_short:
+                # Nothing more was due when this claim ran: wait for news of
+                # work (or the poll interval) rather than probe at once.
+                told = await self._idle(resource_wake=True)
 
-    async def _idle(self, *, resource_wake: bool) -> None:
+    async def _idle(self, *, resource_wake: bool) -> bool:
+        """Sleep until there may be work; True when the store told of some."""
         assert self._stop_event is not None and self._call_done is not None
-        waits = [
-            self._store.claim_wake(self._queues, self._poll_interval_ms),
-            self._stop_event.wait(),
-        ]
+        wake = asyncio.ensure_future(self._store.claim_wake(self._queues, self._poll_interval_ms))
+        waits: list[Any] = [wake, self._stop_event.wait()]
         if resource_wake and self._registry.capacities:
             self._call_done.clear()  # a finished call frees its resource units
             waits.append(self._call_done.wait())
         await self._first_of(*waits)
+        return not wake.cancelled() and wake.exception() is None and wake.result() is True
 
     @staticmethod
     async def _first_of(*aws: Any) -> None:

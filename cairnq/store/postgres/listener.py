@@ -104,7 +104,7 @@ class Listener:
             if payload in self._queues:
                 self._pending_queues.add(payload)
                 for waiter in self._queued_waiters.pop(payload, ()):
-                    _wake(waiter)
+                    _wake(waiter, True)
         elif channel == DONE_CHANNEL and payload is not None:
             for waiter in self._done_waiters.pop(payload, ()):
                 _wake(waiter, True)  # told: the waiter reads the whole row at once
@@ -121,15 +121,18 @@ class Listener:
         self._queued_waiters.clear()
         self._done_waiters.clear()
 
-    async def wait_queued(self, queues: Iterable[str], timeout_s: float) -> None:
+    async def wait_queued(self, queues: Iterable[str], timeout_s: float) -> bool:
+        """True when told of new work in one of ``queues``; False after the
+        timeout (or when the listener went down)."""
         queues = list(queues)
         self._queues.update(queues)
         # A notification that arrived between polls counts: consume it now.
         if any(q in self._pending_queues for q in queues):
             self._pending_queues.difference_update(queues)
-            return
-        await self._wait(self._queued_waiters, queues, timeout_s)
+            return True
+        told = await self._wait(self._queued_waiters, queues, timeout_s)
         self._pending_queues.difference_update(queues)
+        return told
 
     async def wait_done(self, task_id: str, timeout_s: float) -> bool:
         """True when told the task finished; False after the timeout."""

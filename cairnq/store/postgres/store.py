@@ -286,6 +286,25 @@ class PostgresStore(TaskStore):
             assert self._rows is not None
             return await self._rows(text, values)
 
+    def _lone_draw_fetch(self) -> Fetch:
+        # A lone claim draw commits in one round trip on its own; inside
+        # BEGIN ... COMMIT it takes three.
+        return self._fetch_unqueued
+
+    async def _fetch_unqueued(self, name: str, params: dict[str, Any]) -> list[Any]:
+        """A write on its own, in autocommit, sent at once: not queued behind
+        a batch of settlements in flight, so a claim overlaps them."""
+        if self._executor is None:
+            await self._connected()
+        text, values = self._bind(name, params)
+        assert self._rows is not None
+        try:
+            return await self._rows(text, values)
+        except Exception as exc:
+            if _connection_lost(exc):
+                await self._recover_connections()
+            raise
+
     async def _recover_connections(self) -> None:
         recover = getattr(self._executor, "_recover", None)
         if recover is not None:
@@ -323,12 +342,12 @@ class PostgresStore(TaskStore):
         if self._listener is not None:
             self._listener.watch_queues(queues)
 
-    async def claim_wake(self, queues: list[str], timeout_ms: int) -> None:
+    async def claim_wake(self, queues: list[str], timeout_ms: int) -> bool | None:
         listener = self._listener
         if listener is None:
             await asyncio.sleep(timeout_ms / 1000)
-            return
-        await listener.wait_queued(queues, timeout_ms / 1000)
+            return None
+        return await listener.wait_queued(queues, timeout_ms / 1000)
 
     async def task_done_wake(self, task_id: str, timeout_ms: int) -> bool | None:
         """Sleep up to ``timeout_ms``; returns True early when told the task finished."""
