@@ -166,6 +166,57 @@ def test_task_failed_reads_the_envelope(envelope: Any, fields: tuple[Any, ...]) 
     assert (err.type, err.code, err.message, err.retryable, err.details) == fields
 
 
+# API.md §3: what advanced users import from the submodules (0.15.1), with the
+# documented values of its constants.
+SUBMODULE_NAMES = {
+    "cairnq.client": ["CairnQ"],
+    "cairnq.worker": ["Worker", "Handler", "ErrorPhase", "OnError", "CLAIM_ERROR_BACKOFF_S", "retry_delay_ms",
+                      "fail_delay_ms", "DEFAULT_RETRY_BACKOFF_MS", "DEFAULT_RETRY_BACKOFF_MAX_MS"],
+    "cairnq.context": ["TaskContext"],
+    "cairnq.models": ["TaskStatus", "STATUSES", "TERMINAL", "is_terminal_status", "TaskRef", "TaskDef", "task_name",
+                      "Task"],
+    "cairnq.errors": ["error_envelope", "exception_envelope", "as_envelope", *[n for n in ALL if n.endswith(
+        ("Error", "Exists", "Full", "Timeout", "Failed", "Canceled", "Lease", "Mismatch", "Backend", "Closed"))]],
+    "cairnq.backpressure": ["QueueDepthGate", "QueueDepthLimit", "MAX_GRANT", "INITIAL_PROBE_INTERVAL_MS",
+                            "MAX_PROBE_INTERVAL_MS", "DEFAULT_MAX_WAIT_MS"],
+    "cairnq.retention": ["Retention", "RetentionRule", "RetentionSweeper", "DEFAULT_INTERVAL_MS", "DEFAULT_LIMIT"],
+    "cairnq.store": ["Conflict", "TaskStore", "SQLiteStore", "PostgresStore"],
+    "cairnq.store.base": ["TaskStore", "Conflict", "CONFLICTS", "Fetch", "ClaimDraw", "SUPPORTED_PROTOCOL_MAJOR",
+                          "check_protocol_version", "dump_json", "validate_purge_input", "LEASE_EXPIRED_ERROR_JSON",
+                          "specialize", "statement_params"],
+    "cairnq.store.sqlite": ["SQLiteStore"],
+    "cairnq.store.postgres": ["PostgresStore", "QUEUED_CHANNEL", "DONE_CHANNEL", "LISTENER_RETRY_MS",
+                              "LISTENER_RETRY_MAX_MS", "positional_statement", "to_positional"],
+    "cairnq.store.pg_executor": ["PgSession", "PgExecutor", "ListenUnavailable"],
+    "cairnq.store.pg_pool": ["create_pool_executor", "check_schema_name", "PLAIN_IDENT"],
+    "cairnq._backoff": ["DEFAULT_RETRY_BACKOFF_MS", "DEFAULT_RETRY_BACKOFF_MAX_MS", "retry_delay_ms", "fail_delay_ms"],
+    "cairnq._wait": ["DEFAULT_WAIT_TIMEOUT_MS", "DEFAULT_POLL_MS", "MAX_POLL_MS", "next_poll_ms", "poll_wait",
+                     "poll_wait_by_key"],
+    "cairnq._ids": ["new_ulid", "new_id", "now_ms"],
+}  # fmt: skip
+CONSTANTS = {
+    "cairnq.worker.CLAIM_ERROR_BACKOFF_S": 0.25, "cairnq.models.TERMINAL": ("succeeded", "failed", "canceled"),
+    "cairnq.backpressure.MAX_GRANT": 64, "cairnq.backpressure.INITIAL_PROBE_INTERVAL_MS": 250,
+    "cairnq.backpressure.MAX_PROBE_INTERVAL_MS": 5000, "cairnq.backpressure.DEFAULT_MAX_WAIT_MS": 600_000,
+    "cairnq.retention.DEFAULT_INTERVAL_MS": 3_600_000, "cairnq.retention.DEFAULT_LIMIT": 1000,
+    "cairnq.store.base.SUPPORTED_PROTOCOL_MAJOR": 1, "cairnq.store.postgres.QUEUED_CHANNEL": "cairnq_queued",
+    "cairnq.store.postgres.DONE_CHANNEL": "cairnq_done", "cairnq.store.postgres.LISTENER_RETRY_MS": 1000,
+    "cairnq.store.postgres.LISTENER_RETRY_MAX_MS": 30_000, "cairnq._backoff.DEFAULT_RETRY_BACKOFF_MS": 1000,
+    "cairnq._backoff.DEFAULT_RETRY_BACKOFF_MAX_MS": 30_000, "cairnq._wait.DEFAULT_WAIT_TIMEOUT_MS": 30_000,
+    "cairnq._wait.DEFAULT_POLL_MS": 100, "cairnq._wait.MAX_POLL_MS": 500,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("module", sorted(SUBMODULE_NAMES))
+def test_documented_submodule_names(module: str) -> None:
+    mod = importlib.import_module(module)
+    assert [n for n in SUBMODULE_NAMES[module] if not hasattr(mod, n)] == []
+    for dotted, value in CONSTANTS.items():
+        owner, _, name = dotted.rpartition(".")
+        if owner == module:
+            assert getattr(mod, name) == value, dotted
+
+
 def test_models() -> None:
     assert cairnq.STATUSES == ("queued", "running", "succeeded", "failed", "canceled")
     assert [cairnq.is_terminal_status(s) for s in cairnq.STATUSES] == [False, False, True, True, True]
