@@ -30,7 +30,6 @@ from cairnq import (
     LostLease,
     PostgresStore,
     SchemaMismatch,
-    SerializationError,
     SQLiteStore,
     TaskContext,
     UnsupportedBackend,
@@ -1225,25 +1224,27 @@ async def test_keyed_mutations_also_take_the_lock(pg):
         ({"fine": 1}, {"m": "nul \u0000 here"}),
     ],
 )
-async def test_nul_character_is_a_serialization_error(pg, payload, metadata):
+async def test_nul_character_is_refused_by_the_server(pg, payload, metadata):
+    """OPERATIONS.md §1.2: jsonb rejects \u0000 (a server error, not a
+    SerializationError; no SDK pre-check). Nothing is written."""
     store = pg.store()
     await store.connect()
-    with pytest.raises(SerializationError):
+    with pytest.raises(psycopg.errors.UntranslatableCharacter):
         await store.submit(name="nul", payload=payload, metadata=metadata)
-    with pytest.raises(SerializationError):
+    with pytest.raises(psycopg.errors.UntranslatableCharacter):
         await store.submit(name="nul", payload=payload, metadata=metadata, key="nul-key")
     assert fetch(pg.target, "select count(*) from cairnq_tasks") == [(0,)]
     assert fetch(pg.target, "select count(*) from cairnq_task_keys") == [(0,)]
 
 
-async def test_nul_in_result_is_a_serialization_error(pg):
+async def test_nul_in_result_is_refused_by_the_server(pg):
     store = pg.store()
     await store.connect()
     task = await store.submit(name="nul.result")
     [c] = await store.claim(queues=["default"], worker_id="w_nul")
-    with pytest.raises(SerializationError):
+    with pytest.raises(psycopg.errors.UntranslatableCharacter):
         await store.complete(task_id=c.id, worker_id="w_nul", result={"r": ["\u0000"]})
-    with pytest.raises(SerializationError):
+    with pytest.raises(psycopg.errors.UntranslatableCharacter):
         await store.succeed(task_id=c.id, worker_id="w_nul", result="\u0000")
     got = await store.get(task.id)
     assert got.status == "running" and got.result is None  # nothing written
@@ -1271,20 +1272,28 @@ async def test_literal_backslash_u0000_text_is_not_nul(pg):
     assert failed.error == failed_env and c2.id == t2.id
 
 
-async def test_worker_result_with_nul_fails_permanently(pg):
+async def test_worker_result_with_nul_is_reported_and_left_to_lease_recovery(pg):
+    """A handler result jsonb refuses: the server's error goes to on_error and
+    nothing is written, so the task stays running until its lease expires and
+    recovery takes it (as 0.15.1: no SDK pre-check, OPERATIONS.md §1.2)."""
     client = pg.client()
-    worker = pg.worker(("default",), poll_interval_ms=50)
+    errors: list[tuple[BaseException, dict[str, Any]]] = []
+    worker = pg.worker(
+        ("default",), poll_interval_ms=50, lease_ms=300, on_error=lambda exc, info: errors.append((exc, info))
+    )
 
     @worker.task("nul.result")
     async def handler(ctx, payload):
         return {"bad": "\u0000"}
 
-    task = await client.submit("nul.result", {}, max_attempts=3)
+    task = await client.submit("nul.result", {}, max_attempts=2)
     async with worker.background():
-        done = await client.wait(task.id, timeout_ms=3000)
-    assert done.status == "failed" and done.attempt == 1
-    assert done.error["code"] == "unserializable_result"
-    assert done.error["retryable"] is False
+        await until(lambda: errors, 3, "the refused settlement reported")
+        assert (await client.get(task.id)).status == "running"
+        done = await client.wait(task.id, timeout_ms=5_000)
+    assert isinstance(errors[0][0], psycopg.errors.UntranslatableCharacter)
+    assert errors[0][1]["phase"] == "execute" and errors[0][1]["task_id"] == task.id
+    assert (done.status, done.attempt, done.error["code"]) == ("failed", 2, "lease_expired")
 
 
 # ---------------------------------------------------------------------------

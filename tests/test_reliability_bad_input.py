@@ -9,7 +9,9 @@ What each case raises (the observed contract, asserted below):
 |   UUID, object, complex), NaN/±Infinity, nesting |                                                          |
 |   deeper than the encoder's recursion limit      |                                                          |
 | 20 MB payload (``CAIRNQ_HUGE_MB``)               | works (round-trips, claimable, completes)                |
-| NUL in a JSON string, Postgres                   | cairnq.SerializationError (payload, metadata, result)    |
+| NUL in a JSON string, Postgres                   | the server refuses it: psycopg UntranslatableCharacter   |
+|                                                  |   (a DataError; OPERATIONS.md §1.2: no SDK pre-check);   |
+|                                                  |   nothing written, a refused result leaves the lease     |
 | NUL in a JSON string, SQLite                     | accepted, round-trips                                    |
 | NUL in name/queue/key, Postgres                  | psycopg.DataError from the driver (nothing written)      |
 | bad name/queue/key/metadata types                | TypeError; empty name/queue: ValueError (a key of "" is  |
@@ -191,18 +193,24 @@ async def test_huge_payload_round_trips_or_raises_cleanly(backend: Any) -> None:
 async def test_nul_in_json_strings(backend: Any) -> None:
     client = await connected(backend)
     payloads = [{"x": "a\x00b"}, {"a\x00": 1}, ["\x00"], "\x00"]
-    if backend.dialect == "postgres":  # jsonb cannot hold NUL: refused before the server sees it
+    if backend.dialect == "postgres":  # jsonb cannot hold NUL: the server refuses it (no SDK pre-check)
+        from psycopg.errors import UntranslatableCharacter
+
         for payload in payloads:
-            err = await expect_nothing_written(backend, client, SerializationError, name="nul", payload=payload)
-            assert "NUL" in str(err)
-        await expect_nothing_written(backend, client, SerializationError, name="nul", metadata={"m": "\x00"})
+            err = await expect_nothing_written(backend, client, UntranslatableCharacter, name="nul", payload=payload)
+            assert not isinstance(err, SerializationError) and "\\u0000" in str(err)
+        await expect_nothing_written(backend, client, UntranslatableCharacter, name="nul", metadata={"m": "\x00"})
         # text that merely looks like an escape is fine
         task = await client.submit("nul", {"x": "\\u0000", "y": "\\\\u0000"})
         assert (await client.get(task.id)).payload == {"x": "\\u0000", "y": "\\\\u0000"}
-        # a worker's result with NUL: refused, nothing written, the lease untouched
+        # a worker's result or error with NUL: refused, nothing written, the lease untouched
         [claimed] = await client.store.claim(queues=["default"], worker_id="worker_n", lease_ms=60_000)
-        with pytest.raises(SerializationError):
+        with pytest.raises(UntranslatableCharacter):
             await client.store.complete(task_id=claimed.id, worker_id="worker_n", result="\x00")
+        with pytest.raises(UntranslatableCharacter):
+            await client.store.fail(
+                task_id=claimed.id, worker_id="worker_n", error={"code": "c", "details": {"d": "\x00"}}, retryable=False
+            )
         assert (await client.get(claimed.id)).status == "running"
     else:  # SQLite stores the escape and gives the string back
         for payload in payloads:

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional
 
 from cairnq._sql import Statement, load_migrations, load_statements
-from cairnq.errors import SchemaMismatch, SerializationError
+from cairnq.errors import SchemaMismatch
 from cairnq.store.base import Fetch, PushReason, TaskStore, check_protocol_version
 from cairnq.store.pg_pool import check_schema_name, create_pool_executor
 from cairnq.store.postgres.batcher import PgWriteBatcher
@@ -25,10 +25,6 @@ from cairnq.store.postgres.params import positional_statement
 from cairnq.store.postgres.rows import rows_of as _rows_of
 
 log = logging.getLogger("cairnq.store")
-
-# A \u0000 escape in JSON text: preceded by an even number of backslashes (an
-# odd number would make it the literal text "\u0000", which jsonb stores fine).
-_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 __all__ = ["PostgresStore"]
 
@@ -256,13 +252,6 @@ class PostgresStore(TaskStore):
                 self._positional[key] = found  # type: ignore[index]
         text, names = found
         return text, [params[n] for n in names]
-
-    def _encode(self, value: Any) -> str:
-        text = super()._encode(value)
-        if "\\u0000" in text and _NUL_ESCAPE.search(text):
-            # jsonb cannot hold NUL in strings; refuse here, clearly, not on the server.
-            raise SerializationError("PostgreSQL jsonb cannot store NUL characters (U+0000) in strings")
-        return text
 
     # -- the driver seam ---------------------------------------------------------
 
