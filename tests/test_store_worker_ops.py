@@ -276,6 +276,7 @@ async def test_heartbeat_batch(backend: Any) -> None:
     beats = await store.heartbeat_batch(task_ids=ids, worker_id="w1", lease_ms=45_000)
     t1 = now_ms()
     assert beats == {live.id: False, flagged.id: True}
+    assert list(beats) == [live.id, flagged.id]  # in the order asked, as 0.15.1
     assert all(type(v) is bool for v in beats.values())
     for i in (live.id, flagged.id):
         row = await store.get(i)
@@ -284,6 +285,8 @@ async def test_heartbeat_batch(backend: Any) -> None:
         assert t0 <= row.updated_at_ms <= t1
     for i in others:
         assert await snapshot(backend, store, i) == before[i]
+
+    assert list(await store.heartbeat_batch(task_ids=[flagged.id, live.id], worker_id="w1")) == [flagged.id, live.id]
 
     # another worker renews nothing of ours
     assert await store.heartbeat_batch(task_ids=[live.id, flagged.id], worker_id="w2") == {}

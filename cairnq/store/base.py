@@ -615,7 +615,11 @@ class TaskStore(ABC):
             return {}
         params = {"ids": builtins.list(task_ids), "worker_id": worker_id, "lease_ms": lease_ms}
         fetch = self._fetch_deferred if ride else self._fetch
-        return decode_beats(await fetch("heartbeat_batch", params))
+        beats = decode_beats(await fetch("heartbeat_batch", params))
+        if len(beats) < 2:
+            return beats
+        # In the order asked (as 0.15.1 gives it), not the statement's row order.
+        return {task_id: beats[task_id] for task_id in task_ids if task_id in beats}
 
     async def progress(
         self,
