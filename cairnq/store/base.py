@@ -210,6 +210,12 @@ class TaskStore(ABC):
         await asyncio.sleep(timeout_ms / 1000)
         return None
 
+    @property
+    def _claim_wake_pushed(self) -> bool:
+        """``claim_wake`` is woken by pushed news of work, and news that lands
+        before the wait begins is kept for it (PostgreSQL with its listener up)."""
+        return False
+
     async def task_done_wake(self, task_id: str, timeout_ms: int) -> bool | None:
         """Sleep up to ``timeout_ms``; drivers that can, return early when it
         finishes (and return True when told so: waiters then read it at once)."""

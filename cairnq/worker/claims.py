@@ -31,9 +31,9 @@ class ClaimPlanner:
         self._registry = registry
         self._claim_batch = claim_batch
         self._start = 0
-        # Set by each plan run: some draw came back with fewer rows than it
-        # asked for, so nothing more was due in that source at claim time.
-        self.drew_short = False
+        # Set by each plan run: some draw came back with all the rows it asked
+        # for, so its source may hold more due work right now.
+        self.drew_full = False
 
     def plan(
         self, free_calls: int, in_use: Callable[[str], int]
@@ -48,7 +48,7 @@ class ClaimPlanner:
             sources = sources[start:] + sources[:start]
 
         async def run(draw: ClaimDraw) -> list[Call]:
-            self.drew_short = False
+            self.drew_full = False
             calls: list[Call] = []
             left = free_calls
             drawn: dict[str, int] = defaultdict(int)
@@ -60,8 +60,8 @@ class ClaimPlanner:
                     continue
                 asked = source.batch * quota
                 rows = await draw(list(source.names), asked)
-                if len(rows) < asked:
-                    self.drew_short = True
+                if len(rows) >= asked:
+                    self.drew_full = True
                 made = self._calls(rows)
                 calls.extend(made)
                 left -= len(made)

@@ -334,9 +334,13 @@ class Worker:
             if calls:
                 for call in calls:
                     self._dispatch(call)
-            if not calls or self._planner.drew_short:
-                # Nothing more was due when this claim ran: wait for news of
-                # work (or the poll interval) rather than probe at once.
+            if not calls or (
+                len(calls) < free and not self._planner.drew_full and self._store._claim_wake_pushed
+            ):
+                # Nothing more was due when this claim ran (every source drawn
+                # came back short, and slots are left): wait for news of work
+                # rather than probe at once. Only where news is pushed: a
+                # notification that lands meanwhile is kept for the wait.
                 told = await self._idle(resource_wake=True)
 
     async def _idle(self, *, resource_wake: bool) -> bool:

@@ -331,6 +331,11 @@ class PostgresStore(TaskStore):
         if self._listener is not None:
             self._listener.watch_queues(queues)
 
+    @property
+    def _claim_wake_pushed(self) -> bool:
+        listener = self._listener
+        return listener is not None and listener.connected
+
     async def claim_wake(self, queues: list[str], timeout_ms: int) -> bool | None:
         listener = self._listener
         if listener is None:
