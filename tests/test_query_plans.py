@@ -125,9 +125,12 @@ async def test_postgres_idle_draws_do_not_walk_the_backlog(fresh_backend, statis
     params.update(queues=["empty", "other"], queue="empty", names=["idle", "idle2"], name="idle")
     problems = []
     with psycopg.connect(backend.target, autocommit=True, prepare_threshold=None) as conn:
-        conn.execute(  # the rest of the backlog, quickly: same name, same queue
+        conn.execute(  # the rest of the backlog, quickly: same queue, three busy names in all
+            # (with a single name in the whole table, the planner costs a
+            # multi-name draw's two candidate plans the same, and the choice
+            # flipped between runs: noted as a limit of the claim statement)
             "insert into cairnq_tasks (id, name, queue, status, payload, run_at_ms, created_at_ms, updated_at_ms)"
-            " select 'task_bulk_' || g, 'busy', 'default', 'queued', '{}', 1, 1, 1"
+            " select 'task_bulk_' || g, 'busy' || (g %% 2), 'default', 'queued', '{}', 1, 1, 1"
             " from generate_series(1, %s) as g",
             [PG_BACKLOG - BACKLOG],
         )
