@@ -256,12 +256,27 @@ class PostgresStore(TaskStore):
     # -- the driver seam ---------------------------------------------------------
 
     async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
+        return await self._send(name, params, batched=True)
+
+    def _lone_draw_fetch(self) -> Fetch:
+        # A lone claim draw commits in one round trip on its own; inside
+        # BEGIN ... COMMIT it takes three.
+        return self._fetch_unqueued
+
+    async def _fetch_unqueued(self, name: str, params: dict[str, Any]) -> list[Any]:
+        """A write on its own, in autocommit, sent at once: not queued behind
+        a batch of settlements in flight, so a claim overlaps them."""
+        return await self._send(name, params, batched=False)
+
+    async def _send(self, name: str, params: dict[str, Any], *, batched: bool) -> list[Any]:
+        """``batched``: a write joins the group commit of the writes issued
+        in the same loop turn (reads never wait for one)."""
         if self._executor is None:
             await self._connected()
         text, values = self._bind(name, params)
         read = self._statements[name].is_read
         try:
-            if read:
+            if read or not batched:
                 assert self._rows is not None
                 return await self._rows(text, values)
             assert self._writes is not None
@@ -274,25 +289,6 @@ class PostgresStore(TaskStore):
                 raise  # a write is never replayed: it may have committed
             assert self._rows is not None
             return await self._rows(text, values)
-
-    def _lone_draw_fetch(self) -> Fetch:
-        # A lone claim draw commits in one round trip on its own; inside
-        # BEGIN ... COMMIT it takes three.
-        return self._fetch_unqueued
-
-    async def _fetch_unqueued(self, name: str, params: dict[str, Any]) -> list[Any]:
-        """A write on its own, in autocommit, sent at once: not queued behind
-        a batch of settlements in flight, so a claim overlaps them."""
-        if self._executor is None:
-            await self._connected()
-        text, values = self._bind(name, params)
-        assert self._rows is not None
-        try:
-            return await self._rows(text, values)
-        except Exception as exc:
-            if _connection_lost(exc):
-                await self._recover_connections()
-            raise
 
     async def _recover_connections(self) -> None:
         recover = getattr(self._executor, "_recover", None)

@@ -244,6 +244,17 @@ class SQLiteStore(TaskStore):
     # -- the driver seam -----------------------------------------------------
 
     async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
+        return await self._send(name, params, defer=False)
+
+    async def _fetch_deferred(self, name: str, params: dict[str, Any]) -> list[Any]:
+        """Held for the next claim transaction to carry (see the engine)."""
+        if type(self)._fetch is not SQLiteStore._fetch:
+            # A subclass wraps _fetch: it sees every statement, these included
+            # (they then commit on their own).
+            return await self._fetch(name, params)
+        return await self._send(name, params, defer=True)
+
+    async def _send(self, name: str, params: dict[str, Any], *, defer: bool) -> list[Any]:
         engine = self._engine
         if engine is None or self._closing:
             engine = await self._connected_or_closed()
@@ -256,21 +267,9 @@ class SQLiteStore(TaskStore):
             return await engine.read(sql, bound)
         echo = self._echoes.get(name)
         if echo is None:
-            return await engine.write(sql, bound)
-        await engine.write(sql, bound)
+            return await engine.write(sql, bound, defer=defer)
+        await engine.write(sql, bound, defer=defer)
         return [echo(bound)]
-
-    async def _fetch_deferred(self, name: str, params: dict[str, Any]) -> list[Any]:
-        """Held for the next claim transaction to carry (see the engine)."""
-        if type(self)._fetch is not SQLiteStore._fetch:
-            # A subclass wraps _fetch: it sees every statement, these included
-            # (they then commit on their own).
-            return await self._fetch(name, params)
-        engine = self._engine
-        if engine is None or self._closing:
-            engine = await self._connected_or_closed()
-        stmt = self._statements[name]  # a batch settlement or beat: no filters, no echo
-        return await engine.write(stmt.text, self._binders[name](params), defer=True)
 
     async def _connected_or_closed(self) -> SqliteEngine:
         if self._closing:
