@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import IO, Any, Iterable, Iterator
 
 import pytest
 
@@ -42,6 +42,28 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def popen_script(code: str, args: dict[str, Any], cwd: Path, sink: IO[str]) -> subprocess.Popen[Any]:
+    """``python -c code ARGS_JSON`` in ``cwd``, stdout and stderr both to ``sink``."""
+    return subprocess.Popen(
+        [sys.executable, "-c", code, json.dumps(args)],
+        cwd=str(cwd),
+        stdout=sink,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def reap(procs: Iterable[subprocess.Popen[Any]]) -> None:
+    """Kill whichever still runs, and wait for each (10 s at most)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
 class Procs:
     """Subprocesses of one test; survivors are killed by pid at the end."""
 
@@ -52,13 +74,7 @@ class Procs:
     def start(self, label: str, script: str, args: dict[str, Any]) -> subprocess.Popen[Any]:
         out = self.tmp_path / f"{label}.out"
         with open(out, "w") as sink:
-            proc = subprocess.Popen(
-                [sys.executable, "-c", PRELUDE + script, json.dumps(args)],
-                cwd=str(self.tmp_path),
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
+            proc = popen_script(PRELUDE + script, args, self.tmp_path, sink)
         self.started.append((label, proc, out))
         return proc
 
@@ -71,13 +87,7 @@ class Procs:
         return "\n".join(f"--- {label}\n{text[-3000:]}" for label, text in self.output_of().items())
 
     def cleanup(self) -> None:
-        for _, proc, _ in self.started:
-            if proc.poll() is None:
-                proc.kill()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+        reap(proc for _, proc, _ in self.started)
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from processes import read_jsonl, until
+from processes import Procs, popen_script, read_jsonl, until
 
 import refsdk
 
@@ -192,13 +192,12 @@ asyncio.run(main())
 '''
 
 
-class Fleet:
+class Fleet(Procs):
     """Processes of either SDK; survivors are killed by pid at the end."""
 
     def __init__(self, tmp_path: Path, backend: Any) -> None:
-        self.tmp_path = tmp_path
+        super().__init__(tmp_path)
         self.backend = backend
-        self.started: list[tuple[str, subprocess.Popen[Any], Path]] = []
 
     def args(self, **extra: Any) -> dict[str, Any]:
         return {"dialect": self.backend.dialect, "target": self.backend.target, **extra}
@@ -209,10 +208,7 @@ class Fleet:
             if sdk == "ref":
                 proc = refsdk.spawn(script, self.args(**extra), stdout=sink, stderr=subprocess.STDOUT)
             else:
-                proc = subprocess.Popen(
-                    [sys.executable, "-c", _OUR_PRELUDE + script, json.dumps(self.args(**extra))],
-                    cwd=str(self.tmp_path), stdout=sink, stderr=subprocess.STDOUT, text=True,
-                )  # fmt: skip
+                proc = popen_script(_OUR_PRELUDE + script, self.args(**extra), self.tmp_path, sink)
         self.started.append((name, proc, out))
         return proc
 
@@ -227,17 +223,6 @@ class Fleet:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout.rpartition("@@RESULT@@")[2])
 
-    def outputs(self) -> str:
-        return "\n".join(f"--- {label}\n{out.read_text()[-3000:]}" for label, _, out in self.started if out.exists())
-
-    def cleanup(self) -> None:
-        for _, proc, _ in self.started:
-            if proc.poll() is None:
-                proc.kill()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
 
 
 @pytest.fixture

@@ -18,13 +18,11 @@ proves the process is up and claiming.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import signal
 import statistics
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +31,7 @@ from typing import Any, Optional
 import pytest
 
 import refsdk
-from processes import until
+from processes import popen_script, reap, until
 
 from cairnq import CairnQ
 
@@ -188,13 +186,7 @@ class Workers:
             if reference:
                 proc = refsdk.spawn(WORKER_SCRIPT, args, stdout=sink, stderr=subprocess.STDOUT)
             else:
-                proc = subprocess.Popen(
-                    [sys.executable, "-c", _OUR_PRELUDE + WORKER_SCRIPT, json.dumps(args)],
-                    cwd=str(self.tmp_path),
-                    stdout=sink,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                )
+                proc = popen_script(_OUR_PRELUDE + WORKER_SCRIPT, args, self.tmp_path, sink)
         finally:
             sink.close()
         worker = WorkerProc(label, proc, out)
@@ -202,13 +194,7 @@ class Workers:
         return worker
 
     def cleanup(self) -> None:
-        for w in self.started:
-            if w.proc.poll() is None:
-                w.proc.kill()
-            try:
-                w.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+        reap(w.proc for w in self.started)
 
 
 @pytest.fixture
