@@ -82,6 +82,20 @@ def test_a_literal_is_never_rescanned() -> None:
     assert split_params("select 1") == (("select 1",), ())
 
 
+@settings(max_examples=EXAMPLES * 5, deadline=None, database=None)
+@given(text=hostile_text | st.text(max_size=30))
+def test_the_lexer_finds_no_parameter_inside_a_string_or_a_comment(text: str) -> None:
+    quoted = "'" + text.replace("'", "''") + "'"
+    identifier = '"' + text.replace('"', '""') + '"'
+    block = "/* " + text.replace("*/", "* /").replace("/*", "/ *") + " */"
+    sql = f"select {quoted}, :a, {text_literal(text)} as {identifier}, :b {block}, $t${text.replace('$t$', '')}$t$"
+    chunks, slots = split_params(sql)
+    assert slots == ("a", "b")
+    assert "".join(c + f":{s}" for c, s in zip(chunks, slots)) + chunks[-1] == sql
+    comment = "\n-- :c " + text.replace("\n", " ").replace("\r", " ")
+    assert strip_comments(sql + comment) == strip_comments(sql)
+
+
 def test_values_that_cannot_be_literals_stay_parameters() -> None:
     assert selective_literal("x" * 200) is not None
     assert selective_literal("x" * 201) is None
@@ -114,6 +128,12 @@ def test_a_literal_reads_back_as_its_text(backend: Any, conforming: str) -> None
         def check(text: str, items: list[str]) -> None:
             cur.execute("select " + text_literal(text) + ", 1")
             assert cur.fetchone() == (text, 1)
+            # The lexer and the server agree on where the literal ends.
+            comment = "-- " + text.replace("\n", " ").replace("\r", " ")
+            sql, names = positional_statement(f"select {text_literal(text)}, :p::text {comment}")
+            assert names == ("p",)
+            cur.execute(sql, ["after"])
+            assert cur.fetchone() == (text, "after")
             array = selective_literal(items)
             if array is not None:
                 cur.execute("select " + array + ", 1")
