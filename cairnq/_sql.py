@@ -3,7 +3,8 @@
 ``cairnq._protocol`` (the repository's ``protocol/`` directory) holds every
 statement and migration, one statement per file, with ``:name`` parameters.
 Nothing in Python writes SQL; it only picks a file, specializes optional
-filters, and binds parameters. ``CAIRNQ_PROTOCOL_DIR`` points elsewhere (a
+filters, and binds parameters (found by a lexer that knows strings and
+comments: never inside one). ``CAIRNQ_PROTOCOL_DIR`` points elsewhere (a
 checkout under test, say).
 """
 
@@ -25,13 +26,15 @@ __all__ = [
     "strip_comments",
     "statement_params",
     "specialize",
+    "split_params",
+    "sql_tokens",
     "DIALECTS",
 ]
 
 DIALECTS = ("sqlite", "postgres")
 
-_COMMENT = re.compile(r"--[^\n]*")
-# A named parameter, not a ::cast.
+# A named parameter, not a ::cast (searched for in SQL code only, never
+# inside a string, a quoted identifier or a comment).
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 # An optional equality filter: "(:p is null or col = :p)", with an optional
 # ::type cast on the null test (Postgres needs it to type the parameter).
@@ -40,18 +43,141 @@ _FILTER = re.compile(
     re.IGNORECASE,
 )
 
+# -- lexing ------------------------------------------------------------------------
+#
+# PostgreSQL's lexical rules for what is not SQL code (a superset of what the
+# SQLite files use): '...' strings ('' doubles a quote; a backslash is plain
+# text, as with standard_conforming_strings on, and no template has one),
+# E'...' strings (backslash escapes too), "..." identifiers, $tag$...$tag$ strings, -- and
+# (nested) /* */ comments. Statement templates are lexed once; nothing ever
+# searches the inside of a string or a comment for parameters or comments.
+
+CODE, QUOTED, LINE_COMMENT, BLOCK_COMMENT = "code", "quoted", "line_comment", "block_comment"
+
+_NOT_CODE = re.compile(
+    r"""(?P<estring>(?<![\w$])[eE]')|(?P<string>')|(?P<ident>")|(?P<line>--)|(?P<block>/\*)"""
+    r"""|(?P<dollar>(?<![\w$])\$(?:[^\W\d]\w*)?\$)"""
+)
+_ENDS = {
+    "estring": re.compile(r"[eE]'(?:[^'\\]|\\.|'')*'", re.DOTALL),
+    "string": re.compile(r"'[^']*(?:''[^']*)*'"),
+    "ident": re.compile(r'"[^"]*(?:""[^"]*)*"'),
+    "line": re.compile(r"--[^\n\r]*"),
+}
+_BLOCK_MARK = re.compile(r"/\*|\*/")
+_LINE_BREAK = re.compile(r"\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")  # str.splitlines'
+
+
+def _block_comment_end(sql: str, start: int) -> int:
+    depth = 0
+    for mark in _BLOCK_MARK.finditer(sql, start):
+        depth += 1 if mark.group() == "/*" else -1
+        if depth == 0:
+            return mark.end()
+    return len(sql)  # unterminated: the server reports it
+
+
+def _quoted_end(sql: str, start: int, kind: str, opener: str) -> int:
+    if kind == "block":
+        return _block_comment_end(sql, start)
+    if kind == "dollar":
+        close = sql.find(opener, start + len(opener))
+        return len(sql) if close < 0 else close + len(opener)
+    found = _ENDS[kind].match(sql, start)
+    return found.end() if found else len(sql)  # unterminated: the server reports it
+
+
+@lru_cache(maxsize=1024)
+def sql_tokens(sql: str) -> tuple[tuple[str, str], ...]:
+    """``sql`` as (kind, text) pieces that join back to it: ``CODE``,
+    ``QUOTED`` (strings and quoted identifiers), ``LINE_COMMENT`` (up to, not
+    including, the line break) and ``BLOCK_COMMENT``."""
+    out: list[tuple[str, str]] = []
+    pos = 0
+    while True:
+        found = _NOT_CODE.search(sql, pos)
+        if found is None:
+            break
+        start, kind = found.start(), found.lastgroup
+        assert kind is not None
+        end = _quoted_end(sql, start, kind, found.group())
+        if start > pos:
+            out.append((CODE, sql[pos:start]))
+        label = {"line": LINE_COMMENT, "block": BLOCK_COMMENT}.get(kind, QUOTED)
+        out.append((label, sql[start:end]))
+        pos = end
+    if pos < len(sql):
+        out.append((CODE, sql[pos:]))
+    return tuple(out)
+
+
+def _code_sub(pattern: re.Pattern[str], repl: Any, sql: str) -> str:
+    """``pattern.sub`` over the SQL code of ``sql`` only."""
+    return "".join(pattern.sub(repl, text) if kind == CODE else text for kind, text in sql_tokens(sql))
+
+
+@lru_cache(maxsize=1024)
+def split_params(sql: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(chunks, slots): ``sql`` cut at each ``:name`` in its code, ``--``
+    comments dropped. ``slots[i]`` (a parameter name) goes between
+    ``chunks[i]`` and ``chunks[i + 1]``; one more chunk than slots."""
+    chunks: list[str] = []
+    slots: list[str] = []
+    pending: list[str] = []
+    for kind, text in sql_tokens(sql):
+        if kind == LINE_COMMENT:
+            continue
+        if kind != CODE:
+            pending.append(text)
+            continue
+        pos = 0
+        for found in _PARAM.finditer(text):
+            pending.append(text[pos : found.start()])
+            chunks.append("".join(pending))
+            pending = []
+            slots.append(found.group(1))
+            pos = found.end()
+        pending.append(text[pos:])
+    chunks.append("".join(pending))
+    return tuple(chunks), tuple(slots)
+
 
 def strip_comments(sql: str) -> str:
-    """Drop ``--`` comments and blank lines (no statement here quotes ``--``)."""
-    lines = (_COMMENT.sub("", line).rstrip() for line in sql.splitlines())
-    return "\n".join(line for line in lines if line.strip())
+    """Drop ``--`` comments (not a ``--`` inside a string or a block comment),
+    trailing blanks and blank lines."""
+    lines: list[str] = []
+    line: list[tuple[str, str]] = []
+    for kind, text in sql_tokens(sql):
+        if kind == LINE_COMMENT:
+            continue
+        if kind != CODE:
+            line.append((kind, text))
+            continue
+        pieces = _LINE_BREAK.split(text)
+        for piece in pieces[:-1]:
+            line.append((CODE, piece))
+            lines.append(_finish_line(line))
+            line = []
+        line.append((CODE, pieces[-1]))
+    lines.append(_finish_line(line))
+    return "\n".join(text for text in lines if text)
+
+
+def _finish_line(line: list[tuple[str, str]]) -> str:
+    """A line's text with its trailing blanks dropped ("" when blank); only
+    code is trimmed, never the end of a string."""
+    while line and line[-1][0] == CODE and not line[-1][1].rstrip():
+        line.pop()
+    if line and line[-1][0] == CODE:
+        line[-1] = (CODE, line[-1][1].rstrip())
+    return "".join(text for _, text in line)
 
 
 def statement_params(sql: str) -> tuple[str, ...]:
     """The distinct ``:name`` parameters of a statement, in order of first
-    appearance (comments ignored, ``::casts`` are not parameters): the order a
-    positional driver binds them in."""
-    return tuple(dict.fromkeys(_PARAM.findall(strip_comments(sql))))
+    appearance (in its code: not in strings or comments; ``::casts`` are not
+    parameters): the order a positional driver binds them in."""
+    return tuple(dict.fromkeys(split_params(sql)[1]))
 
 
 def specialize(sql: str, params: Mapping[str, Any]) -> str:
@@ -66,7 +192,7 @@ def specialize(sql: str, params: Mapping[str, Any]) -> str:
     def rewrite(m: re.Match[str]) -> str:
         return f"{m['col']} = :{m['p']}" if params.get(m["p"]) is not None else m.group(0)
 
-    return _FILTER.sub(rewrite, sql)
+    return _code_sub(_FILTER, rewrite, sql)
 
 
 @dataclass(frozen=True)
@@ -99,7 +225,7 @@ def _specialized(stmt: Statement, mask: tuple[bool, ...]) -> str:
     def rewrite(m: re.Match[str]) -> str:
         return f"{m['col']} = :{m['p']}" if m["p"] in given else "true"
 
-    return _FILTER.sub(rewrite, stmt.text)
+    return _code_sub(_FILTER, rewrite, stmt.text)
 
 
 @dataclass(frozen=True)
@@ -123,6 +249,10 @@ class Migration:
         if strip_comments(pending).strip():
             raise ValueError(f"{self.name}: incomplete statement at end of file")
         return out
+
+
+def _filters_in(sql: str) -> list[re.Match[str]]:
+    return [m for kind, text in sql_tokens(sql) if kind == CODE for m in _FILTER.finditer(text)]
 
 
 def find_protocol_root() -> Path:
@@ -149,7 +279,7 @@ def _load_statements(root: Path, dialect: str) -> dict[str, Statement]:
     for path in sorted((root / "sql" / dialect).glob("*.sql")):
         text = strip_comments(path.read_text(encoding="utf-8"))
         params = statement_params(text)
-        filters = tuple(dict.fromkeys((m["p"], m["col"]) for m in _FILTER.finditer(text)))
+        filters = tuple(dict.fromkeys((m["p"], m["col"]) for m in _filters_in(text)))
         out[path.stem] = Statement(
             name=path.stem,
             text=text,

@@ -61,7 +61,8 @@ def test_statement_params_and_specialize() -> None:
     assert specialize("where (:q::text is null or queue = :q)", {"q": "a"}) == "where queue = :q"
     assert specialize("where (:q is null or queue = :q)", {}) == "where (:q is null or queue = :q)"
     assert statement_params("select :a, :b, :a, x::int -- :c\n , :d") == ("a", "b", "d")
-    assert statement_params("select ':e'") == ("e",)
+    # 0.15.1 also counted ":e" inside a string (and rewrote it): not a parameter.
+    assert statement_params("select ':e'") == ()
 
 
 def test_context_observers() -> None:

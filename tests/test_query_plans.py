@@ -20,6 +20,7 @@ import pytest
 
 from cairnq import CairnQ
 from cairnq._sql import load_statements
+from cairnq.store.postgres.params import text_literal
 
 BACKLOG = 3_000
 PG_BACKLOG = 20_000  # Postgres plans depend on table size; make it look like production
@@ -68,6 +69,22 @@ def _params(now: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _pg_idle_cases() -> list[tuple[str, str, str, dict[str, Any]]]:
+    """(plan_cache_mode, statement, label, parameter overrides)."""
+    cases = []
+    for plan_mode in ("force_generic_plan", "force_custom_plan"):
+        for name in PG_IDLE:
+            cases.append((plan_mode, name, "empty queue", {}))
+            if "any_name" in name or name == "recover_leases":  # these take any name
+                continue
+            cases.append((plan_mode, name, "idle name", {"queues": ["default"], "queue": "default"}))
+            # Quotes, backslashes and parameter-like text are written in as
+            # literals too (escaped): planned for their values like any name.
+            odd = {"queues": ["default"], "queue": "default", "names": ["it's", "c:\\idle"], "name": "c:\\ :limit"}
+            cases.append((plan_mode, name, "odd idle name", odd))
+    return cases
+
+
 def _pg_literal(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -75,7 +92,7 @@ def _pg_literal(value: Any) -> str:
         return str(value)
     if isinstance(value, list):
         return "array[" + ", ".join(_pg_literal(v) for v in value) + "]::text[]"
-    return "'" + str(value).replace("'", "''") + "'"
+    return text_literal(str(value))
 
 
 async def _fill(q: CairnQ) -> None:
@@ -137,32 +154,31 @@ async def test_postgres_idle_draws_do_not_walk_the_backlog(fresh_backend, statis
         # Right after a bulk load the table has no statistics yet (autovacuum
         # analyzes it later): the plans must hold up either way.
         conn.execute("analyze cairnq_tasks" if statistics == "analyzed" else "select 1")
-        # The plan a prepared statement settles on: the generic one. The store's
-        # own binding (queue and name values written in) is what gets planned.
-        conn.execute("set plan_cache_mode = force_generic_plan")
         store = q.store
-        for name in PG_IDLE:
-            scenarios = [("empty queue", {})]
-            if "any_name" not in name and name != "recover_leases":  # these take any name
-                scenarios.append(("idle name", {"queues": ["default"], "queue": "default"}))
-            for label, overrides in scenarios:
-                values = dict(params, **overrides)
-                text, args = store._bind(name, values)
-                cur = psycopg.RawCursor(conn)
-                conn.execute("begin")
-                prepared = f"plan_{name}_{label.replace(' ', '_')}"
-                try:
-                    cur.execute(f"prepare {prepared} as {text}")
-                    placeholders = ", ".join(_pg_literal(a) for a in args)
-                    cur.execute(
-                        f"explain (analyze, buffers, format json) execute {prepared}"
-                        + (f"({placeholders})" if args else "")
-                    )
-                    plan = cur.fetchone()[0][0]["Plan"]
-                finally:
-                    conn.execute("rollback")
-                    conn.execute(f"deallocate {prepared}")
-                pages = plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
-                if pages > PG_PAGE_BUDGET:
-                    problems.append(f"{name} ({label}): touched {pages} pages:\n{json.dumps(plan, indent=1)[:3000]}")
+        # Both plans a prepared statement may run: the custom ones of its first
+        # executions and the generic one it may settle on. The store's own
+        # binding (queue and name values written in) is what gets planned.
+        for plan_mode, name, label, overrides in _pg_idle_cases():
+            conn.execute(f"set plan_cache_mode = {plan_mode}")
+            values = dict(params, **overrides)
+            text, args = store._bind(name, values)
+            cur = psycopg.RawCursor(conn)
+            conn.execute("begin")
+            prepared = "plan_case"
+            try:
+                cur.execute(f"prepare {prepared} as {text}")
+                placeholders = ", ".join(_pg_literal(a) for a in args)
+                cur.execute(
+                    f"explain (analyze, buffers, format json) execute {prepared}"
+                    + (f"({placeholders})" if args else "")
+                )
+                plan = cur.fetchone()[0][0]["Plan"]
+            finally:
+                conn.execute("rollback")
+                conn.execute(f"deallocate {prepared}")
+            pages = plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
+            if pages > PG_PAGE_BUDGET:
+                problems.append(
+                    f"{name} ({label}, {plan_mode}): touched {pages} pages:\n{json.dumps(plan, indent=1)[:3000]}"
+                )
     assert not problems, "\n\n".join(problems)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional
 
@@ -21,7 +20,7 @@ from cairnq.store.base import Fetch, PushReason, TaskStore, check_protocol_versi
 from cairnq.store.pg_pool import check_schema_name, create_pool_executor
 from cairnq.store.postgres.batcher import PgWriteBatcher
 from cairnq.store.postgres.listener import DONE_CHANNEL, QUEUED_CHANNEL, Listener
-from cairnq.store.postgres.params import positional_statement
+from cairnq.store.postgres.params import compile_template, positional_statement, selective_literal
 from cairnq.store.postgres.rows import rows_of as _rows_of
 
 log = logging.getLogger("cairnq.store")
@@ -34,10 +33,10 @@ __all__ = ["PostgresStore"]
 # after a few runs) cannot know that one name holds the whole backlog and
 # another holds nothing, and walks the backlog for the latter; planning on
 # every call costs more than the statement itself. So their queue and name
-# values are written into the statement text as literals: each (queue, name)
-# combination a worker polls gets a prepared statement of its own, planned for
-# those values, and replanned by the server whenever the table's statistics
-# change.
+# values are written into the statement text as literals (see params.py: by
+# slot, escaped, never re-scanned): each (queue, name) combination a worker
+# polls gets a prepared statement of its own, planned for those values, and
+# replanned by the server whenever the table's statistics change.
 PLANNED_PER_CALL = frozenset(
     (
         "claimable_probe",
@@ -54,18 +53,11 @@ PLANNED_PER_CALL = frozenset(
 
 
 _SELECTIVE = ("queues", "names", "queue", "name")
-_PLAIN_TEXT = re.compile(r"^[^\\\x00]{1,200}$")  # no backslash or NUL: safe to quote
+_MAX_BOUND_TEXTS = 4_096  # bound per value combination; callers could pass anything
 
 
-def _literal(value: Any) -> Optional[str]:
-    """A SQL literal for a selective parameter, or None to keep it a parameter."""
-    if isinstance(value, str) and _PLAIN_TEXT.match(value):
-        return "'" + value.replace("'", "''") + "'::text"
-    if isinstance(value, list) and len(value) <= 16:
-        items = [_literal(v) for v in value]
-        if all(items):
-            return "array[" + ", ".join(items) + "]::text[]" if items else "array[]::text[]"  # type: ignore[arg-type]
-    return None
+def _value_key(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _connection_lost(exc: BaseException) -> bool:
@@ -102,6 +94,12 @@ class PostgresStore(TaskStore):
         self.schema = schema
         self._statements = load_statements("postgres")
         self._positional: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
+        # PLANNED_PER_CALL texts, by (statement, its queue and name values).
+        self._selective = {
+            name: tuple(p for p in _SELECTIVE if p in self._statements[name].params)
+            for name in PLANNED_PER_CALL
+        }
+        self._with_literals: dict[tuple[Any, ...], tuple[str, tuple[str, ...]]] = {}
         self._executor: Any = None
         self._owns_executor = isinstance(source, str)
         self._rows: Callable[..., Awaitable[list[Any]]] | None = None
@@ -239,17 +237,16 @@ class PostgresStore(TaskStore):
         return text, [params[n] for n in names]
 
     def _bind_with_literals(self, stmt: Statement, params: dict[str, Any]) -> tuple[str, list[Any]]:
-        literals = {p: _literal(params.get(p)) for p in _SELECTIVE if p in stmt.params}
-        key = (stmt.name, tuple(sorted((p, v) for p, v in literals.items() if v)))
-        found = self._positional.get(key)  # type: ignore[arg-type]
+        selective = self._selective[stmt.name]
+        key = (stmt.name, *(_value_key(params.get(p)) for p in selective))
+        found = self._with_literals.get(key)
         if found is None:
-            sql = stmt.text
-            for param, literal in literals.items():
-                if literal is not None:
-                    sql = re.sub(rf":{param}(?![A-Za-z0-9_])", literal, sql)
-            found = positional_statement(sql)
-            if len(self._positional) < 4_096:  # bounded: callers could pass anything
-                self._positional[key] = found  # type: ignore[index]
+            literals = {p: selective_literal(params.get(p)) for p in selective}
+            template = compile_template(stmt.text)
+            found = template.bind({p: v for p, v in literals.items() if v is not None})
+            if len(self._with_literals) >= _MAX_BOUND_TEXTS:
+                self._with_literals.clear()
+            self._with_literals[key] = found
         text, names = found
         return text, [params[n] for n in names]
 
