@@ -210,3 +210,14 @@ def as_envelope(error: Any, retryable: bool) -> tuple[dict[str, Any], bool]:
     if isinstance(error, dict):
         return error, retryable
     return TaskError(str(error), retryable=retryable).envelope(), retryable
+
+
+class DatabaseReplaced(CairnQError):
+    """The SQLite file a store had open was deleted or replaced by another
+    file under the same path. The store reopens the path (creating it anew if
+    it is gone, as a fresh start would); this reports that it did."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"SQLite database {path!r} {reason}; reopened the path")
+        self.path = path
+        self.reason = reason

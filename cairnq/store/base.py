@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
 import math
+import re
 from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Awaitable, Callable, Literal, Mapping, Protocol, Sequence
@@ -43,7 +45,9 @@ from cairnq.store.validation import (
     INT64_MAX,
     DURATION_MS_MAX,
     check_int,
+    check_message,
     check_status,
+    check_task_id,
     check_text,
     unique_names,
     validate_purge_input,
@@ -65,6 +69,8 @@ __all__ = [
     "specialize",
     "statement_params",
 ]
+
+log = logging.getLogger("cairnq.store")
 
 Conflict = Literal["reuse", "reuse-succeeded", "reject", "replace"]
 CONFLICTS: tuple[Conflict, ...] = ("reuse", "reuse-succeeded", "reject", "replace")
@@ -151,6 +157,9 @@ class TaskStore(ABC):
     _gate: QueueGate | None = None
     _sweeper: Sweeper | None = None
     _json_is_text = True
+    # Callbacks told of problems the store noticed and recovered from on its
+    # own (a replaced SQLite file, say): a worker reports them to on_error.
+    _survived_hooks: tuple[Callable[[BaseException], None], ...] = ()
 
     # -- the driver seam -------------------------------------------------
 
@@ -230,6 +239,23 @@ class TaskStore(ABC):
         unsubscribe, or None when the driver pushes nothing."""
         return None
 
+    def _subscribe_survived(self, hook: Callable[[BaseException], None]) -> Callable[[], None]:
+        """Be told of problems the store recovered from; returns an unsubscribe."""
+        self._survived_hooks = (*self._survived_hooks, hook)
+
+        def unsubscribe() -> None:
+            self._survived_hooks = tuple(h for h in self._survived_hooks if h is not hook)
+
+        return unsubscribe
+
+    def _survived(self, exc: BaseException) -> None:
+        log.warning("%s", exc)
+        for hook in self._survived_hooks:
+            try:
+                hook(exc)
+            except Exception:
+                log.debug("survived-problem hook raised", exc_info=True)
+
     async def _wait_for_change(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the database to change; True if it did."""
         await asyncio.sleep(timeout_s)
@@ -305,9 +331,8 @@ class TaskStore(ABC):
             check_int("max_attempts", max_attempts, minimum=1, maximum=INT32_MAX)
             check_int("delay_ms", delay_ms, minimum=0, maximum=DURATION_MS_MAX)
             check_int("priority", priority, minimum=INT32_MIN, maximum=INT32_MAX)
-        if not (type(name) is str and name and type(queue) is str and queue):
-            check_text("name", name)
-            check_text("queue", queue)
+        check_text("name", name)
+        check_text("queue", queue)
         if key is not None or parent_id is not None or root_id is not None or correlation_id is not None:
             check_text("key", key, optional=True, empty=True)  # keys are opaque: "" is one
             check_text("parent_id", parent_id, optional=True)
@@ -373,16 +398,20 @@ class TaskStore(ABC):
     # -- reads -----------------------------------------------------------
 
     async def get(self, task_id: str) -> Task | None:
+        check_task_id(task_id)
         return self._first(await self._fetch("get", {"id": task_id}))
 
     async def get_by_key(self, key: str) -> Task | None:
+        check_text("key", key, empty=True)
         return self._first(await self._fetch("get_by_key", {"key": key}))
 
     async def get_status(self, task_id: str) -> TaskRef | None:
+        check_task_id(task_id)
         rows = await self._fetch("get_status", {"id": task_id})
         return TaskRef(rows[0][0], rows[0][1]) if rows else None
 
     async def get_status_by_key(self, key: str) -> TaskRef | None:
+        check_text("key", key, empty=True)
         rows = await self._fetch("get_status_by_key", {"key": key})
         return TaskRef(rows[0][0], rows[0][1]) if rows else None
 
@@ -398,6 +427,10 @@ class TaskStore(ABC):
         offset: int = 0,
     ) -> builtins.list[Task]:
         check_status(status)
+        check_text("queue", queue, optional=True)
+        check_text("name", name, optional=True)
+        check_text("root_id", root_id, optional=True)
+        check_text("correlation_id", correlation_id, optional=True)
         check_int("limit", limit, minimum=0, maximum=INT64_MAX)
         check_int("offset", offset, minimum=0, maximum=INT64_MAX)
         rows = await self._fetch(
@@ -415,6 +448,7 @@ class TaskStore(ABC):
         return self._tasks(rows)
 
     async def stats(self, queue: str | None = None) -> dict[str, dict[TaskStatus, int]]:
+        check_text("queue", queue, optional=True)
         rows = await self._fetch("stats", {"queue": queue})
         out: dict[str, dict[TaskStatus, int]] = {}
         if queue is not None:
@@ -427,6 +461,7 @@ class TaskStore(ABC):
         return out
 
     async def queue_depth(self, queue: str, max_depth: int) -> int:
+        check_text("queue", queue)
         check_int("max_depth", max_depth, minimum=0, maximum=INT64_MAX)
         rows = await self._fetch("queue_depth", {"queue": queue, "max_depth": max_depth})
         return int(rows[0][0]) if rows and rows[0][0] is not None else 0
@@ -434,9 +469,11 @@ class TaskStore(ABC):
     # -- client-side writes ----------------------------------------------
 
     async def cancel(self, task_id: str) -> Task | None:
+        check_task_id(task_id)
         return self._first(await self._fetch("cancel", {"id": task_id}))
 
     async def retry(self, task_id: str, *, reset_attempt: bool = False) -> Task | None:
+        check_task_id(task_id)
         params = {"id": task_id, "reset_attempt": bool(reset_attempt)}
         return self._first(await self._fetch("retry", params))
 
@@ -447,6 +484,7 @@ class TaskStore(ABC):
         return await self._by_key(key, "retry", {"reset_attempt": bool(reset_attempt)})
 
     async def _by_key(self, key: str, statement: str, extra: dict[str, Any]) -> Task | None:
+        check_text("key", key, empty=True)
         async with self._transaction() as fetch:
             await fetch("lock_key", {"key": key})
             rows = await fetch("get_key", {"key": key})
@@ -464,6 +502,8 @@ class TaskStore(ABC):
         limit: int = 1_000,
     ) -> builtins.list[str]:
         validate_purge_input(older_than_ms=older_than_ms, status=status, limit=limit)
+        check_text("queue", queue, optional=True)
+        check_text("name", name, optional=True)
         rows = await self._fetch(
             "purge",
             {
@@ -603,6 +643,8 @@ class TaskStore(ABC):
 
     async def heartbeat(self, *, task_id: str, worker_id: str, lease_ms: int = 30_000) -> Task:
         check_int("lease_ms", lease_ms, minimum=0, maximum=DURATION_MS_MAX)  # 0: expired at once
+        check_task_id(task_id)
+        check_text("worker_id", worker_id)
         params = {"id": task_id, "worker_id": worker_id, "lease_ms": lease_ms}
         return await self._owned(task_id, "heartbeat", params)
 
@@ -612,6 +654,11 @@ class TaskStore(ABC):
         """Renew every lease in ``task_ids``: ``{id: cancel_requested}`` for each
         one still held. Absent ids lost their lease; this never raises LostLease."""
         check_int("lease_ms", lease_ms, minimum=0, maximum=DURATION_MS_MAX)  # 0: expired at once
+        check_text("worker_id", worker_id)
+        if isinstance(task_ids, str):
+            raise TypeError("task_ids must be a list of str, not a str")
+        for task_id in task_ids:
+            check_task_id(task_id, "each of task_ids")
         return await self._heartbeat_batch(task_ids, worker_id, lease_ms, ride=False)
 
     async def _heartbeat_batch(
@@ -640,8 +687,9 @@ class TaskStore(ABC):
                 raise TypeError(f"progress must be a number, got {type(progress).__name__}")
             if not math.isfinite(progress):
                 raise ValueError(f"progress must be finite, got {progress!r}")
-        if message is not None and not isinstance(message, str):
-            raise TypeError(f"message must be a str, got {type(message).__name__}")
+        check_message("message", message)
+        check_task_id(task_id)
+        check_text("worker_id", worker_id)
         params = {
             "id": task_id,
             "worker_id": worker_id,
@@ -654,6 +702,8 @@ class TaskStore(ABC):
         return None if result is None else self._encode(result)
 
     async def succeed(self, *, task_id: str, worker_id: str, result: Any) -> Task:
+        check_task_id(task_id)
+        check_text("worker_id", worker_id)
         params = {
             "id": task_id,
             "worker_id": worker_id,
@@ -663,6 +713,8 @@ class TaskStore(ABC):
         return await self._owned(task_id, "succeed", params)
 
     async def complete(self, *, task_id: str, worker_id: str, result: Any) -> Task:
+        check_task_id(task_id)
+        check_text("worker_id", worker_id)
         params = {"id": task_id, "worker_id": worker_id, "result": self._result_json(result)}
         return await self._owned(task_id, "complete", params)
 
@@ -673,6 +725,11 @@ class TaskStore(ABC):
         Returns ``{id: final status}`` for the tasks settled ("succeeded", or
         "canceled" where a cancel won); a missing id lost its lease. (An
         addition to the 0.15.1 surface; the worker settles drains with it.)"""
+        check_text("worker_id", worker_id)
+        if isinstance(task_ids, str):
+            raise TypeError("task_ids must be a list of str, not a str")
+        for task_id in task_ids:
+            check_task_id(task_id, "each of task_ids")
         return await self._complete_many_json(
             task_ids, worker_id, self._result_json(result), ride=False
         )
@@ -733,6 +790,8 @@ class TaskStore(ABC):
         delay_ms: int = 0,
     ) -> Task:
         check_int("delay_ms", delay_ms, minimum=0, maximum=DURATION_MS_MAX)
+        check_task_id(task_id)
+        check_text("worker_id", worker_id)
         params = {
             "id": task_id,
             "worker_id": worker_id,
@@ -746,14 +805,36 @@ class TaskStore(ABC):
         try:
             return self._encode(error)
         except SerializationError:
-            # Keep what can be kept: the string fields, in a well-formed envelope.
-            env = error if isinstance(error, Mapping) else {}
-            return self._encode(
-                {
-                    "type": str(env.get("type", "TaskError")),
-                    "code": str(env.get("code", "task_error")),
-                    "message": str(env.get("message", "")),
-                    "retryable": bool(retryable),
-                    "details": {},
-                }
-            )
+            pass
+        try:
+            # An exception's text often carries undecodable file names (lone
+            # surrogates from os.listdir): the envelope keeps them as U+FFFD.
+            return self._encode(_replace_surrogates(error))
+        except SerializationError:
+            pass
+        # Keep what can be kept: the string fields, in a well-formed envelope.
+        env = error if isinstance(error, Mapping) else {}
+        return self._encode(
+            {
+                "type": _replace_surrogates(str(env.get("type", "TaskError"))),
+                "code": _replace_surrogates(str(env.get("code", "task_error"))),
+                "message": _replace_surrogates(str(env.get("message", ""))),
+                "retryable": bool(retryable),
+                "details": {},
+            }
+        )
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def _replace_surrogates(value: Any) -> Any:
+    """``value`` with every surrogate code point in its strings (keys
+    included) replaced by U+FFFD; other values as they are."""
+    if isinstance(value, str):
+        return _SURROGATES.sub("\ufffd", value)
+    if isinstance(value, Mapping):
+        return {_replace_surrogates(k): _replace_surrogates(v) for k, v in value.items()}
+    if isinstance(value, (builtins.list, tuple)):
+        return [_replace_surrogates(v) for v in value]
+    return value

@@ -31,11 +31,28 @@ HOT_CONNECTION_MAX_S = 60.0  # the kept connection goes back to the pool this of
 _warned_pure_python = False
 
 
+# PostgreSQL keeps the first NAMEDATALEN - 1 bytes of an identifier and
+# silently drops the rest: a longer name would create a different schema.
+MAX_SCHEMA_BYTES = 63
+
+
 def check_schema_name(schema: str) -> None:
-    """A schema name must be a plain identifier (it is double-quoted, never escaped)."""
+    """A schema name must be a plain identifier (it is double-quoted, never
+    escaped), fit PostgreSQL's identifier length, and not be a system schema."""
     if not isinstance(schema, str) or not PLAIN_IDENT.match(schema):
         raise ValueError(
             f"schema must match {PLAIN_IDENT.pattern} (letters, digits, _ and $), got {schema!r}"
+        )
+    if len(schema) > MAX_SCHEMA_BYTES:
+        raise ValueError(
+            f"schema must be at most {MAX_SCHEMA_BYTES} characters (PostgreSQL truncates "
+            f"longer identifiers), got {len(schema)}: {schema!r}"
+        )
+    lowered = schema.lower()
+    if lowered == "information_schema" or lowered.startswith("pg_"):
+        raise ValueError(
+            f"schema {schema!r} is reserved for PostgreSQL's own catalogs "
+            "(information_schema and pg_*); choose another name"
         )
 
 
@@ -67,15 +84,21 @@ def _has_rows(cur: Any) -> bool:
 _TUPLES_OK = 2  # psycopg.pq.ExecStatus.TUPLES_OK (an IntEnum); importing cairnq loads no driver
 
 
+_json_as_text: Any = None  # one loader class for the process, made on first use
+
+
 def _configure_adapters(conn: Any) -> None:
-    from psycopg.adapt import Loader
+    global _json_as_text
+    if _json_as_text is None:
+        from psycopg.adapt import Loader
 
-    class JsonAsText(Loader):
-        def load(self, data: Any) -> str:
-            return bytes(data).decode("utf-8")
+        class JsonAsText(Loader):
+            def load(self, data: Any) -> str:
+                return bytes(data).decode("utf-8")
 
-    conn.adapters.register_loader("jsonb", JsonAsText)
-    conn.adapters.register_loader("json", JsonAsText)
+        _json_as_text = JsonAsText
+    conn.adapters.register_loader("jsonb", _json_as_text)
+    conn.adapters.register_loader("json", _json_as_text)
 
 
 class _Session:

@@ -272,10 +272,12 @@ class Worker:
         self._heartbeats = Heartbeats(
             self._store, self._worker_id, self._lease_ms, self._heartbeat_interval_ms, self._report
         )
+        unsubscribe = self._store._subscribe_survived(lambda exc: self._report(exc, {"phase": "store"}))
         try:
             await self._store.connect()
             await self._poll_loop(limit)
         finally:
+            unsubscribe()
             if self._calls:
                 await asyncio.gather(*self._calls, return_exceptions=True)
             await self._heartbeats.stop()

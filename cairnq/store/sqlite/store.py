@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import time
 from operator import itemgetter
@@ -13,7 +14,7 @@ from typing import Any, AsyncIterator, Callable
 from cairnq._ids import now_ms
 from cairnq._sql import Statement, load_migrations, load_statements
 from cairnq._speedups import dumps, encode_ids
-from cairnq.errors import StoreClosed
+from cairnq.errors import DatabaseReplaced, StoreClosed
 from cairnq.models import TASK_COLUMNS
 from cairnq.store.base import Fetch, TaskStore
 from cairnq.store.sqlite.engine import SqliteEngine
@@ -33,6 +34,9 @@ STATISTICS_INTERVAL_S = 60.0
 # every 2 ms; each check reads shared memory, not the database.
 CHANGE_POLL_MIN_S = 0.001
 CHANGE_POLL_MAX_S = 0.002
+# How often an idle wait checks that the path still names the file we have
+# open (a stat(2); never per statement).
+FILE_CHECK_INTERVAL_S = 0.25
 _monotonic = time.monotonic
 
 # SQLite binds times resolved from the SDK clock at bind time; the base passes
@@ -162,6 +166,9 @@ class SQLiteStore(TaskStore):
         self._memory_lost = False
         self._statistics_due = 0.0
         self._maintenance: asyncio.Task[None] | None = None
+        # (st_dev, st_ino) of the file opened; None for memory and URI paths.
+        self._file_identity: tuple[int, int] | None = None
+        self._file_check_due = 0.0
         #: Migrations the last connect applied (file names); empty when none were due.
         self.migrations_applied: list[str] = []
 
@@ -203,6 +210,8 @@ class SQLiteStore(TaskStore):
                 raise RuntimeError("store was closed while connecting")
             self._engine = SqliteEngine(conn, self.busy_timeout_ms)
             self._statistics_due = time.monotonic() + STATISTICS_INTERVAL_S
+            self._file_identity = self._identity()
+            self._file_check_due = time.monotonic() + FILE_CHECK_INTERVAL_S
         self._start_sweeper()
         return self._engine
 
@@ -329,12 +338,49 @@ class SQLiteStore(TaskStore):
             await engine.wait_commit(min(tick, remaining))
             if self._engine is not engine or engine.commits != commits:
                 return True
+            if _monotonic() >= self._file_check_due and await self._reopened_if_replaced(engine):
+                return True
             now_version = engine.data_version(sql)
             if now_version is not None:
                 if version is not None and now_version != version:
                     return True
                 version = now_version
             tick = min(tick * 2, CHANGE_POLL_MAX_S)
+
+    # -- the file under the path ------------------------------------------------
+
+    def _identity(self) -> tuple[int, int] | None:
+        """(device, inode) of the file at the path; None when nothing is
+        there, or for in-memory and URI databases (not checked)."""
+        if self._memory or self.path.startswith("file:"):
+            return None
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    async def _reopened_if_replaced(self, engine: SqliteEngine) -> bool:
+        """Whether the path still names the file this store has open, checked
+        while idle. If the file was deleted or replaced (a restore from
+        backup, a test fixture, an operator "resetting" the queue), every
+        other process that opens the path now sees another database: this
+        store closes its connection to the old file and reopens the path on
+        its next statement, and reports what it did. True if it did."""
+        self._file_check_due = _monotonic() + FILE_CHECK_INTERVAL_S
+        opened = self._file_identity
+        if opened is None:
+            return False
+        now = self._identity()
+        if now == opened:
+            return False
+        reason = "was deleted" if now is None else "was replaced by another file"
+        if self._engine is engine:
+            self._engine = None
+            self._file_identity = None
+            await engine.drain_and_close()
+            self._survived(DatabaseReplaced(self.path, reason))
+        return True
 
     # -- planner statistics upkeep -------------------------------------------
 
