@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections import Counter
 from typing import Any, AsyncContextManager, Callable, Optional, Sequence, TypeVar, Union, overload
@@ -25,6 +26,7 @@ from cairnq.backpressure import DEFAULT_MAX_WAIT_MS, QueueDepthLimit
 from cairnq.context import TaskContext
 from cairnq.models import TaskDef
 from cairnq.store.base import TaskStore
+from cairnq.store.validation import DURATION_MS_MAX, check_int
 from cairnq.worker import lifecycle
 from cairnq.worker.claims import Call, ClaimPlanner
 from cairnq.worker.completions import Completions
@@ -41,11 +43,31 @@ CLAIM_ERROR_BACKOFF_S = 0.25
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _check_positive(what: str, value: Any, *, allow_none: bool = True) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{what} must be an int > 0, got {value!r}")
+def _check_arguments(
+    store: Any,
+    queues: Any,
+    max_run_ms: Any,
+    on_error: Any,
+    ints: Sequence[tuple[str, Any, int, Optional[int]]],
+) -> list[str]:
+    """Refuse at construction what would otherwise fail later, on every claim
+    or settlement (each argument by name). Returns the queues as a list."""
+    if isinstance(store, (str, bytes, os.PathLike)):
+        raise TypeError(
+            f"store must be a TaskStore, got {type(store).__name__} "
+            "(for a file path use Worker.sqlite(path))"
+        )
+    if isinstance(queues, str):
+        raise TypeError("queues must be a list of queue names, not a str")
+    queues = list(queues)
+    if not queues or not all(isinstance(q, str) and q for q in queues):
+        raise ValueError(f"queues must be non-empty names, got {queues!r}")
+    for what, value, minimum, maximum in ints:
+        if value is not None:
+            check_int(what, value, minimum=minimum, maximum=maximum)
+    if on_error is not None and not callable(on_error):
+        raise TypeError(f"on_error must be callable, got {type(on_error).__name__}")
+    return queues
 
 
 class Worker:
@@ -77,22 +99,31 @@ class Worker:
         claim_batch: Optional[int] = None,
         max_in_flight_bytes: Optional[int] = None,
     ) -> None:
-        if max_run_ms is not None and (
-            isinstance(max_run_ms, bool) or not isinstance(max_run_ms, int) or max_run_ms <= 0
-        ):
-            raise ValueError(f"max_run_ms must be an int > 0 or None, got {max_run_ms!r}")
+        # In 0.15.1's order and words where it checks at all (max_run_ms, then
+        # resources); the backpressure gate goes on the store last, so a
+        # refused Worker leaves the store as it found it.
+        if max_run_ms is not None:
+            check_int("max_run_ms", max_run_ms)
+            if max_run_ms <= 0:
+                raise ValueError(f"max_run_ms must be > 0, got {max_run_ms}")
         registry = Registry(resources)  # validates capacities
-        if isinstance(queues, str):
-            raise TypeError("queues must be a list of queue names, not a str")
-        queues = list(queues)
-        if not queues or not all(isinstance(q, str) and q for q in queues):
-            raise ValueError(f"queues must be non-empty names, got {queues!r}")
-        _check_positive("concurrency", concurrency, allow_none=False)
-        _check_positive("lease_ms", lease_ms, allow_none=False)
-        _check_positive("poll_interval_ms", poll_interval_ms, allow_none=False)
-        _check_positive("heartbeat_interval_ms", heartbeat_interval_ms)
-        _check_positive("claim_batch", claim_batch)
-        _check_positive("max_in_flight_bytes", max_in_flight_bytes)
+        queues = _check_arguments(
+            store,
+            queues,
+            max_run_ms,
+            on_error,
+            (
+                ("concurrency", concurrency, 1, None),
+                ("lease_ms", lease_ms, 1, DURATION_MS_MAX),
+                ("poll_interval_ms", poll_interval_ms, 1, DURATION_MS_MAX),
+                ("retry_backoff_ms", retry_backoff_ms, 0, DURATION_MS_MAX),
+                ("retry_backoff_max_ms", retry_backoff_max_ms, 0, DURATION_MS_MAX),
+                ("max_run_ms", max_run_ms, 1, DURATION_MS_MAX),
+                ("heartbeat_interval_ms", heartbeat_interval_ms, 1, DURATION_MS_MAX),
+                ("claim_batch", claim_batch, 1, None),
+                ("max_in_flight_bytes", max_in_flight_bytes, 1, None),
+            ),
+        )
         if max_queue_depth is not None:
             store.use_backpressure(max_queue_depth, max_queue_wait_ms=max_queue_wait_ms)
 
@@ -229,10 +260,11 @@ class Worker:
 
     @staticmethod
     def _name_of(fn: Handler) -> str:
-        name = getattr(fn, "__name__", None)
+        name = getattr(fn, "__name__", "")
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(
-                f"cannot name a task after {fn!r}; pass a name: @worker.task('my.task')"
+                f"worker.task: cannot derive a task name from {name or fn!r}; pass one "
+                "explicitly, e.g. @worker.task('summary.create')"
             )
         return name
 
