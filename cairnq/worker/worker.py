@@ -29,10 +29,10 @@ from cairnq.store.base import TaskStore
 from cairnq.store.validation import DURATION_MS_MAX, check_int
 from cairnq.worker import lifecycle
 from cairnq.worker.claims import Call, ClaimPlanner
-from cairnq.worker.completions import Completions
 from cairnq.worker.execution import Settings, no_handler, run_call
 from cairnq.worker.heartbeat import Heartbeats
 from cairnq.worker.registry import Handler, Registry
+from cairnq.worker.store_port import StorePort
 
 log = logging.getLogger("cairnq.worker")
 
@@ -142,15 +142,13 @@ class Worker:
         self._registry = registry
         self._planner = ClaimPlanner(registry, claim_batch)
         self._owns_store = False
+        self._port = StorePort(store, self._worker_id, lease_ms)
         self._settings = Settings(
-            store=store,
-            worker_id=self._worker_id,
-            lease_ms=lease_ms,
+            port=self._port,
             retry_backoff_ms=retry_backoff_ms,
             retry_backoff_max_ms=retry_backoff_max_ms,
             max_run_ms=max_run_ms,
             report=self._report,
-            completions=Completions(store, self._worker_id),
         )
 
         self._stopping = False
@@ -301,9 +299,7 @@ class Worker:
         if self._stopping:
             self._stop_event.set()
         self._call_done = asyncio.Event()
-        self._heartbeats = Heartbeats(
-            self._store, self._worker_id, self._lease_ms, self._heartbeat_interval_ms, self._report
-        )
+        self._heartbeats = Heartbeats(self._port, self._heartbeat_interval_ms, self._report)
         try:
             await self._store.connect()
             await self._poll_loop(limit)
@@ -344,30 +340,21 @@ class Worker:
             told = False
             try:
                 plan = self._planner.plan(free, self._in_use.__getitem__)
-                names = list(self._registry.names)
-                if getattr(self._store.claim_session, "__func__", None) is not TaskStore.claim_session:
-                    # A store (or instance) that wraps claim_session gets every claim through it.
-                    probe = True
-                    calls = await self._store.claim_session(
-                        queues=self._queues, worker_id=self._worker_id, lease_ms=self._lease_ms,
-                        names=names, plan=plan,
-                    )  # fmt: skip
-                else:
-                    calls = await self._store._claim_session(
-                        self._queues, self._worker_id, self._lease_ms, names, plan,
-                        probe=probe, single_draw=len(self._registry.sources) == 1,
-                    )  # fmt: skip
+                calls, probed = await self._port.claim(
+                    self._queues, self._registry.names, plan,
+                    probe=probe, single_draw=len(self._registry.sources) == 1,
+                )  # fmt: skip
             except Exception as exc:
                 self._report(exc, {"phase": "claim"})
                 await self._first_of(asyncio.sleep(CLAIM_ERROR_BACKOFF_S), stop.wait())
                 continue
-            if probe:
+            if probed:
                 probe_due = time.monotonic() + self._poll_interval_ms / 1000
             if calls:
                 for call in calls:
                     self._dispatch(call)
             if not calls or (
-                len(calls) < free and not self._planner.drew_full and self._store._claim_wake_pushed
+                len(calls) < free and not self._planner.drew_full and self._port.wake_pushed
             ):
                 # Nothing more was due when this claim ran (every source drawn
                 # came back short, and slots are left): wait for news of work
@@ -378,7 +365,7 @@ class Worker:
     async def _idle(self, *, resource_wake: bool) -> bool:
         """Sleep until there may be work; True when the store told of some."""
         assert self._stop_event is not None and self._call_done is not None
-        wake = asyncio.ensure_future(self._store.claim_wake(self._queues, self._poll_interval_ms))
+        wake = asyncio.ensure_future(self._port.wake(self._queues, self._poll_interval_ms))
         waits: list[Any] = [wake, self._stop_event.wait()]
         if resource_wake and self._registry.capacities:
             self._call_done.clear()  # a finished call frees its resource units
