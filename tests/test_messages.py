@@ -195,6 +195,8 @@ CASES = [
     Case("CairnQ max_queue_depth 0", "CairnQ(store, max_queue_depth=0)"),
     Case("CairnQ max_queue_depth bool", "CairnQ(store, max_queue_depth={'a': True})"),
     Case("use_backpressure negative", "store.use_backpressure(-1)"),
+    Case("CairnQ max_queue_wait_ms str", "CairnQ(store, max_queue_depth=5, max_queue_wait_ms='1')",
+         STRICTER, names="max_queue_wait_ms"),
     Case("CairnQ retention negative", "CairnQ(store, retention=-1)"),
     Case("Retention no rules", "Retention(older_than_ms={})"),
     Case("Retention no rules, list", "Retention(older_than_ms=[])"),

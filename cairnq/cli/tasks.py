@@ -157,19 +157,21 @@ def _not_found(task_id: str | None, key: str | None) -> str:
 
 
 def _json_arg(args: argparse.Namespace, flag: str, text: str) -> Any:
+    parser: argparse.ArgumentParser = args.parser
     try:
         return json.loads(text)
     except ValueError as exc:
-        args.parser.error(f"{flag}: invalid JSON ({exc})")
+        parser.error(f"{flag}: invalid JSON ({exc})")
     except RecursionError:
-        args.parser.error(f"{flag}: JSON nested too deep to read")
+        parser.error(f"{flag}: JSON nested too deep to read")
 
 
 def _stdin_text(args: argparse.Namespace) -> str:
+    parser: argparse.ArgumentParser = args.parser
     try:
         return sys.stdin.read()
     except UnicodeDecodeError as exc:
-        args.parser.error(f"PAYLOAD_JSON: stdin is not valid UTF-8 ({exc})")
+        parser.error(f"PAYLOAD_JSON: stdin is not valid UTF-8 ({exc})")
 
 
 # -- human output ------------------------------------------------------------------

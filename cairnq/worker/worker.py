@@ -46,7 +46,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _check_arguments(
     store: Any,
     queues: Any,
-    max_run_ms: Any,
     on_error: Any,
     ints: Sequence[tuple[str, Any, int, Optional[int]]],
 ) -> list[str]:
@@ -59,15 +58,15 @@ def _check_arguments(
         )
     if isinstance(queues, str):
         raise TypeError("queues must be a list of queue names, not a str")
-    queues = list(queues)
-    if not queues or not all(isinstance(q, str) and q for q in queues):
-        raise ValueError(f"queues must be non-empty names, got {queues!r}")
+    names: list[str] = list(queues)
+    if not names or not all(isinstance(q, str) and q for q in names):
+        raise ValueError(f"queues must be non-empty names, got {names!r}")
     for what, value, minimum, maximum in ints:
         if value is not None:
             check_int(what, value, minimum=minimum, maximum=maximum)
     if on_error is not None and not callable(on_error):
         raise TypeError(f"on_error must be callable, got {type(on_error).__name__}")
-    return queues
+    return names
 
 
 class Worker:
@@ -110,7 +109,6 @@ class Worker:
         queues = _check_arguments(
             store,
             queues,
-            max_run_ms,
             on_error,
             (
                 ("concurrency", concurrency, 1, None),
