@@ -54,7 +54,9 @@ class Retention:
             raise ValueError("retention older_than_ms must name at least one rule")
         check_int("retention interval_ms", self.interval_ms, minimum=1)
         for rule in rules:
-            validate_purge_input(older_than_ms=rule.older_than_ms, status=rule.status, limit=self.limit)
+            validate_purge_input(
+                older_than_ms=rule.older_than_ms, status=rule.status, limit=self.limit
+            )
 
     def rules(self) -> list[RetentionRule]:
         spec = self.older_than_ms

@@ -84,7 +84,9 @@ class Registry:
     def __init__(self, resources: Optional[dict[str, int]]) -> None:
         self.capacities: dict[str, int] = {}
         if resources is not None and not isinstance(resources, Mapping):
-            raise TypeError(f"resources must be a dict of name -> capacity, got {type(resources).__name__}")
+            raise TypeError(
+                f"resources must be a dict of name -> capacity, got {type(resources).__name__}"
+            )
         for resource, capacity in (resources or {}).items():
             if not isinstance(resource, str):
                 raise TypeError(f"resources keys must be str, got {type(resource).__name__}")

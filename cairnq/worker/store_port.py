@@ -49,8 +49,7 @@ class StorePort:
         store = self.store
         if name in getattr(store, "__dict__", _NO_ATTRIBUTES):
             return False
-        found = getattr(type(store), name, None)
-        return any(found is own for own in _STOCK[name])
+        return getattr(type(store), name, None) in _STOCK[name]  # functions compare by identity
 
     # -- claiming ------------------------------------------------------------------
 
@@ -66,14 +65,14 @@ class StorePort:
         """One claim session: ``(what plan returned, or None; whether it
         probed)``. Only the stock claim may skip the probe (and with it lease
         recovery) on news of work, or draw outside a transaction."""
-        store = self.store
+        store, worker_id, lease_ms = self.store, self._worker_id, self._lease_ms
         if self.stock("claim_session"):
             calls = await store._claim_session(
-                queues, self._worker_id, self._lease_ms, names, plan, probe=probe, single_draw=single_draw
+                queues, worker_id, lease_ms, names, plan, probe=probe, single_draw=single_draw
             )
             return calls, probe
         calls = await store.claim_session(
-            queues=queues, worker_id=self._worker_id, lease_ms=self._lease_ms, names=list(names), plan=plan
+            queues=queues, worker_id=worker_id, lease_ms=lease_ms, names=list(names), plan=plan
         )
         return calls, True
 
@@ -97,13 +96,20 @@ class StorePort:
         status = getattr(task, "status", None)  # a wrapper may not hand the Task back
         return status if isinstance(status, str) else "succeeded"
 
-    async def fail(self, task_id: str, error: dict[str, Any], *, retryable: bool, delay_ms: int) -> None:
+    async def fail(
+        self, task_id: str, error: dict[str, Any], *, retryable: bool, delay_ms: int
+    ) -> None:
         await self.store.fail(
-            task_id=task_id, worker_id=self._worker_id, error=error, retryable=retryable, delay_ms=delay_ms
+            task_id=task_id,
+            worker_id=self._worker_id,
+            error=error,
+            retryable=retryable,
+            delay_ms=delay_ms,
         )
 
     async def beat(self, task_ids: list[str]) -> dict[str, bool]:
         """Renew these leases: ``{id: cancel_requested}`` for each one still held."""
+        store, worker_id, lease_ms = self.store, self._worker_id, self._lease_ms
         if self.stock("heartbeat_batch"):
-            return await self.store._heartbeat_batch(task_ids, self._worker_id, self._lease_ms, ride=True)
-        return await self.store.heartbeat_batch(task_ids=task_ids, worker_id=self._worker_id, lease_ms=self._lease_ms)
+            return await store._heartbeat_batch(task_ids, worker_id, lease_ms, ride=True)
+        return await store.heartbeat_batch(task_ids=task_ids, worker_id=worker_id, lease_ms=lease_ms)
