@@ -86,12 +86,16 @@ class StorePort:
 
     # -- settling and beating ------------------------------------------------------------
 
-    async def complete(self, task_id: str, result: Any) -> str:
+    def complete(self, task_id: str, result: Any) -> Awaitable[str]:
         """Settle one task the handler left: its final status ("succeeded", or
         "canceled" where a cancel won). Raises SerializationError (nothing
-        written) or LostLease."""
+        written) or LostLease. (Hands back the awaitable: no frame of its own
+        on the hot path.)"""
         if self.stock("complete"):
-            return await self._completions.complete(task_id, result)
+            return self._completions.complete(task_id, result)
+        return self._complete_publicly(task_id, result)
+
+    async def _complete_publicly(self, task_id: str, result: Any) -> str:
         task = await self.store.complete(task_id=task_id, worker_id=self._worker_id, result=result)
         status = getattr(task, "status", None)  # a wrapper may not hand the Task back
         return status if isinstance(status, str) else "succeeded"
