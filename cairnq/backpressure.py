@@ -57,7 +57,8 @@ class QueueDepthGate:
             self._limits = None
             self._default = _check_limit("*", max_queue_depth)
         if isinstance(max_queue_wait_ms, bool) or not isinstance(max_queue_wait_ms, int):
-            raise ValueError(f"max_queue_wait_ms must be an int, got {max_queue_wait_ms!r}")
+            kind = type(max_queue_wait_ms).__name__
+            raise TypeError(f"max_queue_wait_ms must be an int, got {kind}")
         self._store = store
         self.max_queue_wait_ms = max_queue_wait_ms
         self._grants: dict[str, int] = {}

@@ -6,6 +6,7 @@ exactly the keys ``type``, ``code``, ``message``, ``retryable``, ``details``.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 __all__ = [
@@ -68,7 +69,7 @@ class TaskTimeout(CairnQError):
         if timeout_ms is None:
             text = f"{subject} did not finish in time"
         else:
-            text = f"{subject} did not finish within {timeout_ms}ms: {_diagnose(task)}"
+            text = f"{subject} did not finish within {timeout_ms}ms: {_diagnose(task, key)}"
         super().__init__(text)
         self.task_id = task_id
         self.timeout_ms = timeout_ms
@@ -76,23 +77,27 @@ class TaskTimeout(CairnQError):
         self.key = key
 
 
-def _diagnose(task: Any) -> str:
-    """Best guess at why a task is not finished, from its last snapshot."""
+def _diagnose(task: Any, key: str | None = None) -> str:
+    """Best guess at why a task is not finished, from its last snapshot (in
+    0.15.1's words: users match on them)."""
     if task is None:
-        return "task not found (wrong database, or already purged?)"
+        if key is not None:
+            return "no task under this key — never submitted, or already purged?"
+        return "task not found — wrong database file, or already purged?"
     status = getattr(task, "status", None)
-    if getattr(task, "cancel_requested_at_ms", None) is not None and status == "running":
-        return "cancel requested; waiting for the running handler to stop"
+    attempts = f"(attempt {getattr(task, 'attempt', 0)}/{getattr(task, 'max_attempts', 0)})"
     if status == "queued":
-        if getattr(task, "attempt", 0) == 0:
+        wait_ms = getattr(task, "run_at_ms", 0) - int(time.time() * 1000)
+        if getattr(task, "attempt", 0) == 0 and wait_ms <= 0:
             return (
-                f"still queued, never claimed: is a worker running for queue "
-                f"{task.queue!r} with a handler for {task.name!r}, on this database?"
+                "never claimed by a worker — is a worker running with a handler for "
+                f"'{task.name}' on queue '{task.queue}', against this same database?"
             )
-        return f"still queued for a retry (attempt {task.attempt}/{task.max_attempts})"
-    if status == "running":
-        return f"still running (attempt {task.attempt}/{task.max_attempts})"
-    return f"status {status}"
+        later = f", next run in ~{wait_ms}ms" if wait_ms > 0 else ""
+        return f"still queued {attempts}{later}"
+    if getattr(task, "cancel_requested_at_ms", None) is not None:
+        return "cancel requested, waiting for the handler to observe it"
+    return f"still running {attempts}"
 
 
 class TaskFailed(CairnQError):

@@ -13,7 +13,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence, Union
 
-from cairnq.models import TERMINAL, TaskStatus
+from cairnq.models import TaskStatus
+from cairnq.store.validation import check_int, validate_purge_input
 
 if TYPE_CHECKING:
     from cairnq.store.base import TaskStore
@@ -47,21 +48,15 @@ class Retention:
     on_error: Optional[Callable[[BaseException], None]] = None
 
     def __post_init__(self) -> None:
+        # 0.15.1's checks and words (purge's own rules, per rule), types first.
         rules = self.rules()
         if not rules:
-            raise ValueError("retention needs at least one rule")
-        if isinstance(self.interval_ms, bool) or not isinstance(self.interval_ms, int):
-            raise ValueError(f"interval_ms must be an int, got {self.interval_ms!r}")
-        if self.interval_ms < 1:
-            raise ValueError(f"interval_ms must be >= 1, got {self.interval_ms}")
-        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
-            raise ValueError(f"limit must be an int >= 1, got {self.limit!r}")
+            raise ValueError("retention older_than_ms must name at least one rule")
+        check_int("retention interval_ms", self.interval_ms, minimum=1)
         for rule in rules:
-            ms = rule.older_than_ms
-            if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
-                raise ValueError(f"older_than_ms must be an int >= 0, got {ms!r}")
-            if rule.status is not None and rule.status not in TERMINAL:
-                raise ValueError(f"retention status must be one of {TERMINAL}, got {rule.status!r}")
+            validate_purge_input(
+                older_than_ms=rule.older_than_ms, status=rule.status, limit=self.limit
+            )
 
     def rules(self) -> list[RetentionRule]:
         spec = self.older_than_ms

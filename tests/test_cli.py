@@ -374,12 +374,58 @@ def test_demo_still_works(capsys: Any) -> None:
         ["top", "--interval-ms", "0"],
         ["worker", "no_colon_here"],
         ["worker", "surely_not_a_module_xyz:thing"],
+        # numbers past what the store takes, text that is not UTF-8, JSON too deep
+        ["list", "--limit", str(2**64)],
+        ["list", "--offset", str(2**63)],
+        ["purge", "--limit", str(2**64)],
+        ["purge", "--older-than-ms", str(2**63)],
+        ["submit", "x", "--priority", str(2**31)],
+        ["submit", "x", "--priority", "1" * 5_000],
+        ["submit", "x", "--delay-ms", str(2**63)],
+        ["submit", "x", "--max-attempts", str(2**31)],
+        ["submit", "x", "--wait", "--timeout-ms", str(2**63)],
+        ["submit", "x", "[" * 10_000 + "]" * 10_000],
+        ["submit", "x", "--metadata", '{"a":' * 10_000 + "1" + "}" * 10_000],
+        ["submit", "x", '{"a": NaN}'],
+        ["submit", "x", "--queue", ""],
+        ["get", "\udcff"],
+        ["stats", "--queue", "\udcff"],
+        ["cancel", "--key", "\udcff"],
+        ["top", "--interval-ms", str(2**63)],
+        ["worker", "json:loads", "--lease-ms", str(2**63)],
+        ["worker", "json:loads", "--poll-interval-ms", str(2**70)],
     ],
+    ids=lambda argv: " ".join(argv)[:60],
 )
 def test_usage_errors_exit_2(argv: list[str], tmp_path: Path, capsys: Any) -> None:
     code, out, err = cli(capsys, "--db", str(tmp_path / "u.db"), *argv)
     assert code == 2, (out, err)
-    assert out == "" and err
+    assert out == "" and err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "source,says",
+    [
+        ("raise RuntimeError('boom at import')\n", "cannot import '{mod}': RuntimeError: boom at import"),
+        ("def setup(w):\n    x = (\n", "cannot import '{mod}': SyntaxError: '(' was never closed"),
+        ("def setup(w):\n    raise RuntimeError('boom in setup')\n", "{mod}:setup raised RuntimeError: boom in setup"),
+        ("def __getattr__(name):\n    raise KeyError(name)\n", "cannot read {mod}:setup: KeyError: 'setup'"),
+    ],
+    ids=["import raises", "does not compile", "setup raises", "attribute raises"],
+)
+def test_a_worker_target_that_raises_exits_2_with_the_cause(
+    source: str, says: str, tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    mod = f"cli_target_{os.urandom(4).hex()}"
+    (tmp_path / f"{mod}.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the command puts the cwd first
+    try:
+        code, out, err = cli(capsys, "--db", str(tmp_path / "w.db"), "worker", f"{mod}:setup")
+    finally:
+        sys.modules.pop(mod, None)
+    assert code == 2 and out == ""
+    assert err.startswith("cairnq worker: " + says.format(mod=mod)) and err.count("\n") == 1
 
 
 def test_database_errors_exit_3(tmp_path: Path, capsys: Any) -> None:

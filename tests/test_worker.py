@@ -591,18 +591,38 @@ async def test_batch_single_task_is_not_padded(backend) -> None:
     assert done.status == "succeeded" and done.result is None
 
 
-async def test_batch_non_dict_return_succeeds_all_with_none(backend) -> None:
+async def test_batch_returning_neither_a_dict_nor_none_fails_its_tasks(backend) -> None:
+    """A list (say) is a handler bug: 0.15.1 succeeded every task with result
+    None, silently. The unsettled tasks fail, not retried; settled ones stand."""
     q = backend.client()
     w = make(backend)
+    calls: list[int] = []
 
     @w.task(batch=4)
     async def items(contexts):
+        calls.append(len(contexts))
+        await contexts[0].succeed("kept")
         return [c.task_id for c in contexts]
 
-    tasks = [await q.submit("items", {"i": i}) for i in range(3)]
+    @w.task(batch=4)
+    async def nothing(contexts):
+        return None
+
+    tasks = [await q.submit("items", {"i": i}, max_attempts=3) for i in range(3)]
+    quiet = [await q.submit("nothing", {"i": i}) for i in range(2)]
     async with w.background():
         done = [await finish(q, t.id) for t in tasks]
-    assert [(t.status, t.result) for t in done] == [("succeeded", None)] * 3
+        fine = [await finish(q, t.id) for t in quiet]
+    assert calls == [3]
+    assert (done[0].status, done[0].result) == ("succeeded", "kept")
+    expected = envelope(
+        "TypeError",
+        "handler_error",
+        "batch handler for 'items' returned list; expected a dict of task id -> result, or None",
+        False,
+    )
+    assert [(t.status, t.result, t.error, t.attempt) for t in done[1:]] == [("failed", None, expected, 1)] * 2
+    assert [(t.status, t.result) for t in fine] == [("succeeded", None)] * 2
 
 
 async def test_batch_raise_fails_each_with_its_own_attempts(backend) -> None:
@@ -1893,6 +1913,7 @@ async def test_heartbeat_reply_about_an_ended_attempt_spares_the_next_one(backen
     lost lease for attempt 2 (whose outcome would otherwise be discarded)."""
     from cairnq.context import TaskContext
     from cairnq.worker.heartbeat import Heartbeats
+    from cairnq.worker.store_port import StorePort
 
     store = backend.store()
     worker_id = "worker_01HEARTBEATRACE00000000000"
@@ -1900,7 +1921,7 @@ async def test_heartbeat_reply_about_an_ended_attempt_spares_the_next_one(backen
     (first,) = await store.claim(queues=["hb"], worker_id=worker_id)
     ctx1 = TaskContext(store, first, worker_id, 30_000)
     errors: list[BaseException] = []
-    beats = Heartbeats(store, worker_id, 30_000, 10_000, lambda exc, info: errors.append(exc))
+    beats = Heartbeats(StorePort(store, worker_id, 30_000), 10_000, lambda exc, info: errors.append(exc))
     beats.hold([ctx1])
     # Attempt 1 fails (retryably, due at once); its release has not run yet.
     await store.fail(task_id=first.id, worker_id=worker_id, error={"message": "boom"}, delay_ms=0)

@@ -24,6 +24,7 @@ from cairnq.errors import (
     UnsupportedBackend,
 )
 from cairnq.models import Task
+from cairnq.store.validation import DURATION_MS_MAX, INT32_MAX, INT32_MIN, INT64_MAX
 
 log = logging.getLogger("cairnq.cli")
 
@@ -37,6 +38,9 @@ __all__ = [
     "DatabaseError",
     "Target",
     "any_int",
+    "attempts_int",
+    "check_text_arguments",
+    "duration_ms",
     "emit_json",
     "fail",
     "fmt_duration",
@@ -46,6 +50,7 @@ __all__ = [
     "non_negative_int",
     "one_line",
     "open_client",
+    "positive_duration_ms",
     "positive_int",
     "progress_bar",
     "resolve_target",
@@ -264,20 +269,41 @@ def progress_bar(progress: float | None, message: str | None, width: int = 10) -
 # -- argparse value types -------------------------------------------------------------
 
 
-def _int_type(minimum: int | None, what: str) -> Any:
+def _int_type(minimum: int, maximum: int) -> Any:
+    """An int flag within what the store takes (a huge value is a usage error,
+    not a traceback from the store's own check)."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
-        if minimum is not None and value < minimum:
-            raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
+        except ValueError:  # also a number too long to convert
+            raise argparse.ArgumentTypeError(f"invalid integer: {text[:40]!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {value}")
         return value
 
     parse.__name__ = "int"
     return parse
 
 
-non_negative_int = _int_type(0, ">= 0")
-positive_int = _int_type(1, ">= 1")
-any_int = _int_type(None, "")
+non_negative_int = _int_type(0, INT64_MAX)  # counts: limits, offsets
+positive_int = _int_type(1, INT64_MAX)
+any_int = _int_type(INT32_MIN, INT32_MAX)  # priority
+attempts_int = _int_type(1, INT32_MAX)
+duration_ms = _int_type(0, DURATION_MS_MAX)
+positive_duration_ms = _int_type(1, DURATION_MS_MAX)
+
+
+def check_text_arguments(args: argparse.Namespace) -> None:
+    """Every text argument must be UTF-8 (bytes that are not arrive as lone
+    surrogates, which no database column takes); the database path may be
+    anything the file system takes."""
+    for dest, value in vars(args).items():
+        if dest == "db_target" or not isinstance(value, str):
+            continue
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise CliError(f"argument {value!r} is not valid UTF-8", EXIT_USAGE) from None

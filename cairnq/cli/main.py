@@ -19,6 +19,7 @@ from cairnq.cli.common import (
     EXIT_FAILED,
     EXIT_USAGE,
     CliError,
+    check_text_arguments,
     is_database_error,
     log,
     one_line,
@@ -140,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs = _Logging(getattr(args, "verbose", 0) or 0, getattr(args, "log_level", None))
     command = args.command
     try:
+        check_text_arguments(args)
         return int(args.run(args) or 0)
     except SystemExit as exc:  # a subparser's error() after parsing
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE

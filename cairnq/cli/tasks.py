@@ -12,8 +12,11 @@ from typing import Any
 from cairnq.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_USAGE,
     CliError,
     any_int,
+    attempts_int,
+    duration_ms,
     emit_json,
     fail,
     fmt_time,
@@ -61,13 +64,13 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         help="what an existing task under --key means (default: reuse)",
     )
     p.add_argument("--priority", type=any_int, default=0, help="higher runs first (default 0)")
-    p.add_argument("--delay-ms", type=non_negative_int, default=0, help="run no sooner than this")
-    p.add_argument("--max-attempts", type=positive_int, default=3, help="default 3")
+    p.add_argument("--delay-ms", type=duration_ms, default=0, help="run no sooner than this")
+    p.add_argument("--max-attempts", type=attempts_int, default=3, help="default 3")
     p.add_argument("--metadata", metavar="JSON", help="a JSON object stored with the task")
     p.add_argument("--wait", action="store_true", help="wait until the task finishes")
     p.add_argument(
         "--timeout-ms",
-        type=non_negative_int,
+        type=duration_ms,
         default=None,
         help="with --wait: give up after this long (exit 1); default: no limit",
     )
@@ -126,7 +129,7 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--older-than-ms",
-        type=non_negative_int,
+        type=duration_ms,
         default=0,
         help="only tasks finished at least this long ago (default 0: any)",
     )
@@ -154,10 +157,21 @@ def _not_found(task_id: str | None, key: str | None) -> str:
 
 
 def _json_arg(args: argparse.Namespace, flag: str, text: str) -> Any:
+    parser: argparse.ArgumentParser = args.parser
     try:
         return json.loads(text)
     except ValueError as exc:
-        args.parser.error(f"{flag}: invalid JSON ({exc})")
+        parser.error(f"{flag}: invalid JSON ({exc})")
+    except RecursionError:
+        parser.error(f"{flag}: JSON nested too deep to read")
+
+
+def _stdin_text(args: argparse.Namespace) -> str:
+    parser: argparse.ArgumentParser = args.parser
+    try:
+        return sys.stdin.read()
+    except UnicodeDecodeError as exc:
+        parser.error(f"PAYLOAD_JSON: stdin is not valid UTF-8 ({exc})")
 
 
 # -- human output ------------------------------------------------------------------
@@ -220,7 +234,7 @@ def _failure_text(task: Task) -> str:
 def run_submit(args: argparse.Namespace) -> int:
     payload_text = args.payload
     if payload_text == "-":
-        payload_text = sys.stdin.read()
+        payload_text = _stdin_text(args)
     payload = None if payload_text is None else _json_arg(args, "PAYLOAD_JSON", payload_text)
     metadata = None
     if args.metadata is not None:
@@ -248,8 +262,8 @@ async def _submit(args: argparse.Namespace, payload: Any, metadata: Any) -> int:
             )
         except (AlreadyExists, QueueFull) as exc:
             raise CliError(str(exc)) from exc
-        except (SerializationError, ValueError, TypeError) as exc:
-            raise CliError(f"cannot submit: {exc}") from exc
+        except (SerializationError, ValueError, TypeError) as exc:  # the arguments' fault
+            raise CliError(f"cannot submit: {exc}", EXIT_USAGE) from exc
         if not args.wait:
             if args.json:
                 emit_json(task_dict(task))

@@ -27,7 +27,7 @@ from cairnq.cli.common import (
     log,
     one_line,
     open_client,
-    positive_int,
+    positive_duration_ms,
     progress_bar,
     resolve_target,
     table,
@@ -53,7 +53,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "the task became due (submitted, or scheduled for its retry). Ctrl-C quits. "
         "With --json, one JSON document per refresh, one per line.",
     )
-    p.add_argument("--interval-ms", type=positive_int, default=1000, help="default 1000")
+    p.add_argument("--interval-ms", type=positive_duration_ms, default=1000, help="default 1000")
     p.add_argument("--queue", help="only this queue")
     p.add_argument("--once", action="store_true", help="print one frame and exit")
     p.set_defaults(run=run, parser=p)

@@ -14,8 +14,11 @@ from cairnq.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     CliError,
+    is_database_error,
     log,
+    one_line,
     open_client,
+    positive_duration_ms,
     positive_int,
     resolve_target,
 )
@@ -76,11 +79,11 @@ def add_parser(commands: Any, common: Any) -> None:
         "--concurrency", type=positive_int, default=None, help="handler calls in flight (default 1)"
     )
     p.add_argument(
-        "--lease-ms", type=positive_int, default=None, help="lease per claim (default 30000)"
+        "--lease-ms", type=positive_duration_ms, default=None, help="lease per claim (default 30000)"
     )
     p.add_argument(
         "--poll-interval-ms",
-        type=positive_int,
+        type=positive_duration_ms,
         default=None,
         help="longest idle wait between claims (default 500)",
     )
@@ -100,6 +103,9 @@ def load_target(spec: str) -> Any:
     except ImportError as exc:
         log.debug("import of %s failed", module_name, exc_info=True)
         raise CliError(f"cannot import {module_name!r}: {exc}", EXIT_USAGE) from exc
+    except Exception as exc:  # the module's own code raised (or does not compile)
+        log.debug("import of %s failed", module_name, exc_info=True)
+        raise CliError(f"cannot import {module_name!r}: {one_line(exc)}", EXIT_USAGE) from exc
     value: Any = module
     for part in attr.split("."):
         try:
@@ -108,6 +114,8 @@ def load_target(spec: str) -> Any:
             raise CliError(
                 f"module {module_name!r} has no attribute {attr!r}", EXIT_USAGE
             ) from None
+        except Exception as exc:  # a module __getattr__ or property that raised
+            raise CliError(f"cannot read {spec}: {one_line(exc)}", EXIT_USAGE) from exc
     return value
 
 
@@ -156,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
                 ) from None
         # Fail fast, with exit 3, on a database that cannot be opened.
         asyncio.run(_preflight(args))
-        target(worker)
+        _register(args.target, target, worker)
     else:
         raise CliError(
             f"{args.target} is a {type(target).__name__}: expected a Worker or a function "
@@ -167,6 +175,18 @@ def run(args: argparse.Namespace) -> int:
     worker.serve(concurrency=args.concurrency)
     log.info("worker %s stopped", worker.worker_id)
     return EXIT_OK
+
+
+def _register(spec: str, setup: Any, worker: Worker) -> None:
+    """Run the registration function; its failure is the command's (exit 2,
+    the cause on one line), a database's stays a database error (exit 3)."""
+    try:
+        setup(worker)
+    except Exception as exc:
+        if is_database_error(exc):
+            raise
+        log.debug("%s raised", spec, exc_info=True)
+        raise CliError(f"{spec} raised {one_line(exc)}", EXIT_USAGE) from exc
 
 
 async def _preflight(args: argparse.Namespace) -> None:
@@ -185,6 +205,9 @@ def _build_worker(args: argparse.Namespace, queues: list[str] | None) -> Worker:
         kwargs["lease_ms"] = args.lease_ms
     if args.poll_interval_ms is not None:
         kwargs["poll_interval_ms"] = args.poll_interval_ms
-    if target.is_postgres:
-        return Worker.postgres(target.location, **kwargs)
-    return Worker.sqlite(target.location, **kwargs)
+    try:
+        if target.is_postgres:
+            return Worker.postgres(target.location, **kwargs)
+        return Worker.sqlite(target.location, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise CliError(f"cannot build the worker: {exc}", EXIT_USAGE) from exc

@@ -190,8 +190,8 @@ class TaskStore(ABC):
     def _transaction_with_session(self) -> AbstractAsyncContextManager[tuple[Fetch, Any]]:
         """A transaction that also exposes the driver's session (Postgres only)."""
         raise UnsupportedBackend(
-            f"{type(self).__name__} cannot share a transaction with handler code; "
-            "succeed_in() needs PostgreSQL"
+            "this store cannot share a transaction with the caller — complete_in "
+            f"requires a Postgres store (see PgExecutor); {type(self).__name__} has none"
         )
 
     def _register_wakeable(self, queues: Sequence[str]) -> None:
@@ -318,7 +318,7 @@ class TaskStore(ABC):
         delay_ms: int = 0,
     ) -> Task:
         if conflict not in CONFLICTS:
-            raise ValueError(f"conflict must be one of {CONFLICTS}, got {conflict!r}")
+            raise ValueError(f"unknown conflict strategy: {conflict!r}; expected one of {CONFLICTS}")
         # Exact-type fast path first: the full checks only run to explain a failure.
         if not (
             type(max_attempts) is int
@@ -431,8 +431,10 @@ class TaskStore(ABC):
         check_text("name", name, optional=True)
         check_text("root_id", root_id, optional=True)
         check_text("correlation_id", correlation_id, optional=True)
-        check_int("limit", limit, minimum=0, maximum=INT64_MAX)
-        check_int("offset", offset, minimum=0, maximum=INT64_MAX)
+        check_int("limit", limit, maximum=INT64_MAX)
+        check_int("offset", offset, maximum=INT64_MAX)
+        if limit < 0 or offset < 0:
+            raise ValueError(f"limit/offset must be >= 0, got limit={limit} offset={offset}")
         rows = await self._fetch(
             "list",
             {

@@ -41,7 +41,8 @@ def check_schema_name(schema: str) -> None:
     escaped), fit PostgreSQL's identifier length, and not be a system schema."""
     if not isinstance(schema, str) or not PLAIN_IDENT.match(schema):
         raise ValueError(
-            f"schema must match {PLAIN_IDENT.pattern} (letters, digits, _ and $), got {schema!r}"
+            "schema must be a plain identifier (letters, digits, _ and $, not starting "
+            f"with a digit), got {schema!r}"
         )
     if len(schema) > MAX_SCHEMA_BYTES:
         raise ValueError(

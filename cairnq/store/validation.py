@@ -115,7 +115,7 @@ def _check_unicode(what: str, value: str) -> None:
 
 def check_status(status: Any) -> None:
     if status is not None and status not in _STATUSES:
-        raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+        raise ValueError(f"unknown status filter: {status!r}; expected one of {STATUSES}")
 
 
 def unique_names(values: Sequence[str], what: str) -> list[str]:
@@ -131,4 +131,4 @@ def validate_purge_input(*, older_than_ms: int, status: str | None, limit: int) 
     check_int("older_than_ms", older_than_ms, minimum=0, maximum=DURATION_MS_MAX)
     check_int("limit", limit, minimum=1, maximum=INT64_MAX)
     if status is not None and status not in _TERMINAL:
-        raise ValueError(f"purge status must be one of {TERMINAL}, got {status!r}")
+        raise ValueError(f"status must be terminal, got {status!r}; expected one of {TERMINAL}")

@@ -2,8 +2,12 @@
 
 Outcome of the call -> what happens to every task it did not settle itself:
 
-    returned            complete(result)   (a batch: result from a returned
-                                            {task_id: result} dict, else None)
+    returned            complete(result)   (a batch: each task's result from a
+                                            returned {task_id: result} mapping;
+                                            returned None: no results)
+    batch returned      fail(TypeError,    a handler bug, deterministic, so
+      anything else       not retryable)   not retried (0.15.1 succeeded the
+                                            tasks with no result, silently)
     raised LostLease    nothing is written
     ran past max_run_ms fail(handler_timeout, retryable)
     raised TaskError    fail(its envelope, its retryable)
@@ -18,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from cairnq._backoff import fail_delay_ms
 from cairnq.context import TaskContext
@@ -29,9 +33,8 @@ from cairnq.errors import (
     error_envelope,
     exception_envelope,
 )
-from cairnq.store.base import TaskStore
-from cairnq.worker.completions import Completions
 from cairnq.worker.registry import Registration
+from cairnq.worker.store_port import StorePort
 
 __all__ = ["Settings", "run_call", "no_handler"]
 
@@ -40,14 +43,11 @@ Report = Callable[[BaseException, dict[str, Any]], None]
 
 @dataclass(frozen=True)
 class Settings:
-    store: TaskStore
-    worker_id: str
-    lease_ms: int
+    port: StorePort
     retry_backoff_ms: int
     retry_backoff_max_ms: int
     max_run_ms: Optional[int]
     report: Report
-    completions: Completions
 
 
 class _Timeout:
@@ -149,10 +149,21 @@ async def _settle(
         await _each(settings, leftovers, lambda ctx: _fail(settings, ctx, envelope, retryable))
         return
     if reg.style == "batch":
-        results = outcome if isinstance(outcome, dict) else {}
+        if outcome is not None and not isinstance(outcome, Mapping):
+            envelope = exception_envelope(_not_a_batch_result(reg, outcome), retryable=False)
+            await _each(settings, leftovers, lambda ctx: _fail(settings, ctx, envelope, False))
+            return
+        results = outcome if outcome is not None else {}
         await _each(settings, leftovers, lambda ctx: _complete(settings, ctx, results.get(ctx.task_id)))
     else:
         await _each(settings, leftovers, lambda ctx: _complete(settings, ctx, outcome))
+
+
+def _not_a_batch_result(reg: Registration, outcome: Any) -> TypeError:
+    return TypeError(
+        f"batch handler for {reg.name!r} returned {type(outcome).__name__}; "
+        "expected a dict of task id -> result, or None"
+    )
 
 
 async def _each(
@@ -178,7 +189,7 @@ async def _complete(settings: Settings, ctx: TaskContext, result: Any) -> None:
     if ctx.lost_lease:
         return
     try:
-        status = await settings.completions.complete(ctx.task_id, result)
+        status = await settings.port.complete(ctx.task_id, result)
     except SerializationError as exc:
         envelope = error_envelope(
             type="SerializationError",
@@ -203,13 +214,7 @@ async def _fail(settings: Settings, ctx: TaskContext, envelope: dict[str, Any], 
         max_ms=settings.retry_backoff_max_ms,
     )
     try:
-        await settings.store.fail(
-            task_id=ctx.task_id,
-            worker_id=settings.worker_id,
-            error=envelope,
-            retryable=retryable,
-            delay_ms=delay,
-        )
+        await settings.port.fail(ctx.task_id, envelope, retryable=retryable, delay_ms=delay)
     except LostLease:
         pass  # somebody else owns it now; their outcome stands
     ctx._mark_settled()

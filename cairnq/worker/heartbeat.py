@@ -1,6 +1,6 @@
 """One heartbeat loop for every lease a worker holds.
 
-Each beat renews all live leases with a single ``heartbeat_batch`` statement,
+Each beat renews all live leases with a single ``heartbeat_batch``,
 however many calls and batches they belong to. An id missing from the reply
 lost its lease (unless it was settled meanwhile) and only that context is
 flagged; a cancel flag in the reply is recorded on its context. The loop runs
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 if TYPE_CHECKING:
     from cairnq.context import TaskContext
-    from cairnq.store.base import TaskStore
+    from cairnq.worker.store_port import StorePort
 
 __all__ = ["Heartbeats"]
 
@@ -22,17 +22,8 @@ Report = Callable[[BaseException, dict[str, Any]], None]
 
 
 class Heartbeats:
-    def __init__(
-        self,
-        store: TaskStore,
-        worker_id: str,
-        lease_ms: int,
-        interval_ms: int,
-        report: Report,
-    ) -> None:
-        self._store = store
-        self._worker_id = worker_id
-        self._lease_ms = lease_ms
+    def __init__(self, port: StorePort, interval_ms: int, report: Report) -> None:
+        self._port = port
         self._interval_s = interval_ms / 1000
         self._report = report
         self._live: dict[str, TaskContext] = {}
@@ -74,7 +65,7 @@ class Heartbeats:
         sent = list(live.items())
         ids = [task_id for task_id, _ in sent]
         try:
-            beats = await self._store._heartbeat_batch(ids, self._worker_id, self._lease_ms, ride=True)
+            beats = await self._port.beat(ids)
         except Exception as exc:
             self._report(exc, {"phase": "execute", "task_id": ids[0]})
             return

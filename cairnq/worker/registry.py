@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal, Mapping, Optional
+
+from cairnq.store.validation import check_int, check_text
 
 __all__ = ["Registration", "Source", "Registry", "Handler", "CallStyle"]
 
@@ -81,10 +83,16 @@ class Registry:
 
     def __init__(self, resources: Optional[dict[str, int]]) -> None:
         self.capacities: dict[str, int] = {}
+        if resources is not None and not isinstance(resources, Mapping):
+            raise TypeError(
+                f"resources must be a dict of name -> capacity, got {type(resources).__name__}"
+            )
         for resource, capacity in (resources or {}).items():
-            if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-                raise ValueError(f"resource {resource!r} capacity must be an int >= 1, got {capacity!r}")
+            if not isinstance(resource, str):
+                raise TypeError(f"resources keys must be str, got {type(resource).__name__}")
+            check_int(f"resources[{resource!r}]", capacity, minimum=1)
             self.capacities[resource] = capacity
+        self.declared = tuple(sorted(self.capacities))  # what resource= may name
         self.by_name: dict[str, Registration] = {}
         self.sources: tuple[Source, ...] = ()
         self.names: tuple[str, ...] = ()
@@ -98,21 +106,17 @@ class Registry:
         resource: Optional[str] = None,
         concurrency: Optional[int] = None,
     ) -> None:
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"task name must be a non-empty str, got {name!r}")
+        check_text("task name", name)
         if not callable(fn):
-            raise TypeError(f"handler for {name!r} is not callable")
-        if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
-            raise ValueError(f"batch must be an int >= 1, got {batch!r}")
-        if concurrency is not None and (
-            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
-        ):
-            raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
-        if resource is not None and resource not in self.capacities:
-            declared = ", ".join(repr(r) for r in self.capacities) or "none"
+            raise TypeError(f"handler for {name!r} is not callable, got {type(fn).__name__}")
+        if batch is not None:
+            check_int("batch", batch, minimum=1)
+        if concurrency is not None:
+            check_int("concurrency", concurrency, minimum=1)
+        if resource is not None and resource not in self.declared:
             raise ValueError(
-                f"resource {resource!r} for {name!r} is not declared in resources= "
-                f"(declared: {declared})"
+                f"task {name!r} declares resource {resource!r}, which is not in "
+                f"Worker(resources=...); declared: {', '.join(self.declared) or 'none'}"
             )
         self.by_name[name] = Registration(
             name=name,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections import Counter
 from typing import Any, AsyncContextManager, Callable, Optional, Sequence, TypeVar, Union, overload
@@ -25,12 +26,13 @@ from cairnq.backpressure import DEFAULT_MAX_WAIT_MS, QueueDepthLimit
 from cairnq.context import TaskContext
 from cairnq.models import TaskDef
 from cairnq.store.base import TaskStore
+from cairnq.store.validation import DURATION_MS_MAX, check_int
 from cairnq.worker import lifecycle
 from cairnq.worker.claims import Call, ClaimPlanner
-from cairnq.worker.completions import Completions
 from cairnq.worker.execution import Settings, no_handler, run_call
 from cairnq.worker.heartbeat import Heartbeats
 from cairnq.worker.registry import Handler, Registry
+from cairnq.worker.store_port import StorePort
 
 log = logging.getLogger("cairnq.worker")
 
@@ -41,11 +43,30 @@ CLAIM_ERROR_BACKOFF_S = 0.25
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _check_positive(what: str, value: Any, *, allow_none: bool = True) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{what} must be an int > 0, got {value!r}")
+def _check_arguments(
+    store: Any,
+    queues: Any,
+    on_error: Any,
+    ints: Sequence[tuple[str, Any, int, Optional[int]]],
+) -> list[str]:
+    """Refuse at construction what would otherwise fail later, on every claim
+    or settlement (each argument by name). Returns the queues as a list."""
+    if isinstance(store, (str, bytes, os.PathLike)):
+        raise TypeError(
+            f"store must be a TaskStore, got {type(store).__name__} "
+            "(for a file path use Worker.sqlite(path))"
+        )
+    if isinstance(queues, str):
+        raise TypeError("queues must be a list of queue names, not a str")
+    names: list[str] = list(queues)
+    if not names or not all(isinstance(q, str) and q for q in names):
+        raise ValueError(f"queues must be non-empty names, got {names!r}")
+    for what, value, minimum, maximum in ints:
+        if value is not None:
+            check_int(what, value, minimum=minimum, maximum=maximum)
+    if on_error is not None and not callable(on_error):
+        raise TypeError(f"on_error must be callable, got {type(on_error).__name__}")
+    return names
 
 
 class Worker:
@@ -77,22 +98,30 @@ class Worker:
         claim_batch: Optional[int] = None,
         max_in_flight_bytes: Optional[int] = None,
     ) -> None:
-        if max_run_ms is not None and (
-            isinstance(max_run_ms, bool) or not isinstance(max_run_ms, int) or max_run_ms <= 0
-        ):
-            raise ValueError(f"max_run_ms must be an int > 0 or None, got {max_run_ms!r}")
+        # In 0.15.1's order and words where it checks at all (max_run_ms, then
+        # resources); the backpressure gate goes on the store last, so a
+        # refused Worker leaves the store as it found it.
+        if max_run_ms is not None:
+            check_int("max_run_ms", max_run_ms)
+            if max_run_ms <= 0:
+                raise ValueError(f"max_run_ms must be > 0, got {max_run_ms}")
         registry = Registry(resources)  # validates capacities
-        if isinstance(queues, str):
-            raise TypeError("queues must be a list of queue names, not a str")
-        queues = list(queues)
-        if not queues or not all(isinstance(q, str) and q for q in queues):
-            raise ValueError(f"queues must be non-empty names, got {queues!r}")
-        _check_positive("concurrency", concurrency, allow_none=False)
-        _check_positive("lease_ms", lease_ms, allow_none=False)
-        _check_positive("poll_interval_ms", poll_interval_ms, allow_none=False)
-        _check_positive("heartbeat_interval_ms", heartbeat_interval_ms)
-        _check_positive("claim_batch", claim_batch)
-        _check_positive("max_in_flight_bytes", max_in_flight_bytes)
+        queues = _check_arguments(
+            store,
+            queues,
+            on_error,
+            (
+                ("concurrency", concurrency, 1, None),
+                ("lease_ms", lease_ms, 1, DURATION_MS_MAX),
+                ("poll_interval_ms", poll_interval_ms, 1, DURATION_MS_MAX),
+                ("retry_backoff_ms", retry_backoff_ms, 0, DURATION_MS_MAX),
+                ("retry_backoff_max_ms", retry_backoff_max_ms, 0, DURATION_MS_MAX),
+                ("max_run_ms", max_run_ms, 1, DURATION_MS_MAX),
+                ("heartbeat_interval_ms", heartbeat_interval_ms, 1, DURATION_MS_MAX),
+                ("claim_batch", claim_batch, 1, None),
+                ("max_in_flight_bytes", max_in_flight_bytes, 1, None),
+            ),
+        )
         if max_queue_depth is not None:
             store.use_backpressure(max_queue_depth, max_queue_wait_ms=max_queue_wait_ms)
 
@@ -111,15 +140,13 @@ class Worker:
         self._registry = registry
         self._planner = ClaimPlanner(registry, claim_batch)
         self._owns_store = False
+        self._port = StorePort(store, self._worker_id, lease_ms)
         self._settings = Settings(
-            store=store,
-            worker_id=self._worker_id,
-            lease_ms=lease_ms,
+            port=self._port,
             retry_backoff_ms=retry_backoff_ms,
             retry_backoff_max_ms=retry_backoff_max_ms,
             max_run_ms=max_run_ms,
             report=self._report,
-            completions=Completions(store, self._worker_id),
         )
 
         self._stopping = False
@@ -229,10 +256,11 @@ class Worker:
 
     @staticmethod
     def _name_of(fn: Handler) -> str:
-        name = getattr(fn, "__name__", None)
+        name = getattr(fn, "__name__", "")
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(
-                f"cannot name a task after {fn!r}; pass a name: @worker.task('my.task')"
+                f"worker.task: cannot derive a task name from {name or fn!r}; pass one "
+                "explicitly, e.g. @worker.task('summary.create')"
             )
         return name
 
@@ -269,9 +297,7 @@ class Worker:
         if self._stopping:
             self._stop_event.set()
         self._call_done = asyncio.Event()
-        self._heartbeats = Heartbeats(
-            self._store, self._worker_id, self._lease_ms, self._heartbeat_interval_ms, self._report
-        )
+        self._heartbeats = Heartbeats(self._port, self._heartbeat_interval_ms, self._report)
         unsubscribe = self._store._subscribe_survived(lambda exc: self._report(exc, {"phase": "store"}))
         try:
             await self._store.connect()
@@ -314,30 +340,21 @@ class Worker:
             told = False
             try:
                 plan = self._planner.plan(free, self._in_use.__getitem__)
-                names = list(self._registry.names)
-                if getattr(self._store.claim_session, "__func__", None) is not TaskStore.claim_session:
-                    # A store (or instance) that wraps claim_session gets every claim through it.
-                    probe = True
-                    calls = await self._store.claim_session(
-                        queues=self._queues, worker_id=self._worker_id, lease_ms=self._lease_ms,
-                        names=names, plan=plan,
-                    )  # fmt: skip
-                else:
-                    calls = await self._store._claim_session(
-                        self._queues, self._worker_id, self._lease_ms, names, plan,
-                        probe=probe, single_draw=len(self._registry.sources) == 1,
-                    )  # fmt: skip
+                calls, probed = await self._port.claim(
+                    self._queues, self._registry.names, plan,
+                    probe=probe, single_draw=len(self._registry.sources) == 1,
+                )  # fmt: skip
             except Exception as exc:
                 self._report(exc, {"phase": "claim"})
                 await self._first_of(asyncio.sleep(CLAIM_ERROR_BACKOFF_S), stop.wait())
                 continue
-            if probe:
+            if probed:
                 probe_due = time.monotonic() + self._poll_interval_ms / 1000
             if calls:
                 for call in calls:
                     self._dispatch(call)
             if not calls or (
-                len(calls) < free and not self._planner.drew_full and self._store._claim_wake_pushed
+                len(calls) < free and not self._planner.drew_full and self._port.wake_pushed
             ):
                 # Nothing more was due when this claim ran (every source drawn
                 # came back short, and slots are left): wait for news of work
@@ -348,7 +365,7 @@ class Worker:
     async def _idle(self, *, resource_wake: bool) -> bool:
         """Sleep until there may be work; True when the store told of some."""
         assert self._stop_event is not None and self._call_done is not None
-        wake = asyncio.ensure_future(self._store.claim_wake(self._queues, self._poll_interval_ms))
+        wake = asyncio.ensure_future(self._port.wake(self._queues, self._poll_interval_ms))
         waits: list[Any] = [wake, self._stop_event.wait()]
         if resource_wake and self._registry.capacities:
             self._call_done.clear()  # a finished call frees its resource units

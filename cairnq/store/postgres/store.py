@@ -162,15 +162,19 @@ class PostgresStore(TaskStore):
         if self.schema is not None:
             if current != self.schema:
                 raise SchemaMismatch(
-                    f"connection resolves to schema {current!r}, but schema={self.schema!r} was asked for"
+                    f"cairnq is configured for schema {self.schema!r} but this connection resolves "
+                    f"to {current!r}; check the connection's search_path"
                 )
             return
         if current is None or not found or current in found:
             return
         listed = ", ".join(repr(s) for s in found)
         raise SchemaMismatch(
-            f"cairnq is installed in schema(s) {listed}, but this connection resolves to "
-            f"{current!r}; pass schema=... or fix the search_path"
+            f"cairnq tables already exist in schema {listed} of this database, but this "
+            f"connection resolves to {current!r}, where there are none. Connecting would "
+            "create a second installation the first never sees: point this process at the "
+            "same schema (schema=..., or options=-c search_path=... in the DSN), or pass "
+            "schema= to confirm a separate installation is meant."
         )
 
     async def _migrate(self, executor: Any) -> None:

@@ -85,12 +85,19 @@ def _switch_to_wal(conn: sqlite3.Connection) -> None:
         try:
             mode = conn.execute("pragma journal_mode = wal").fetchone()[0]
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
+            if "locked" not in str(exc):
                 raise
+            if time.monotonic() >= deadline:
+                raise sqlite3.OperationalError(
+                    "could not switch the database to WAL mode: it stayed locked by another "
+                    f"connection for {WAL_RETRY_BUDGET_S:g} s"
+                ) from exc
             time.sleep(WAL_RETRY_S)
             continue
         if str(mode).lower() != "wal":
-            raise sqlite3.OperationalError(f"could not switch to WAL (journal_mode={mode})")
+            raise sqlite3.OperationalError(
+                f"could not switch the database to WAL mode: journal_mode stayed {mode!r}"
+            )
         return
 
 

@@ -187,7 +187,11 @@ class SQLiteStore(TaskStore):
         if self._closing:
             raise StoreClosed()
         if self._memory_lost:
-            raise StoreClosed("in-memory database was closed; it cannot be reopened")
+            raise StoreClosed(
+                f"in-memory database {self.path!r} was closed — its contents went with the "
+                "connection, so reopening would silently start from empty. Use a file path if "
+                "the store needs to outlive a close."
+            )
         if self._connect_lock is None:
             self._connect_lock = asyncio.Lock()
         async with self._connect_lock:
