@@ -45,8 +45,8 @@ def _check(timeout_ms: float, poll_ms: float, max_poll_ms: float) -> float:
             raise TypeError(f"{what} must be a number, got {type(value).__name__}")
         if value != value:
             raise ValueError(f"{what} must not be NaN")
-    if poll_ms < 1 or max_poll_ms < 1:
-        raise ValueError("poll_ms and max_poll_ms must be >= 1")
+    if poll_ms < 0 or max_poll_ms < 0:
+        raise ValueError("poll_ms and max_poll_ms must be >= 0")
     return min(max(0.0, timeout_ms), 2.0**53)  # inf: as good as forever
 
 
@@ -60,7 +60,8 @@ async def poll_wait(
 ) -> Task:
     """The terminal task (any terminal status), or TaskTimeout."""
     deadline = time.monotonic() + _check(timeout_ms, poll_ms, max_poll_ms) / 1000
-    interval: float = poll_ms
+    interval: float = max(1, poll_ms)  # 0 (0.15.1 takes it): as often as a wait allows
+    max_poll_ms = max(1, max_poll_ms)
     snapshot: Task | None = None
     told = False  # the store said this task finished: read it whole at once
     while True:
@@ -97,7 +98,8 @@ async def poll_wait_by_key(
     ``replace`` mid-wait moves the wait onto the new task; a key with no task
     yet is waited for, not rejected)."""
     deadline = time.monotonic() + _check(timeout_ms, poll_ms, max_poll_ms) / 1000
-    interval: float = poll_ms
+    interval: float = max(1, poll_ms)  # 0 (0.15.1 takes it): as often as a wait allows
+    max_poll_ms = max(1, max_poll_ms)
     snapshot: Task | None = None
     while True:
         ref = await store.get_status_by_key(key)

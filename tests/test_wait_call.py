@@ -181,12 +181,23 @@ async def test_call_forwards_submit_keywords_and_times_out(backend) -> None:
 
 async def test_wait_argument_validation(backend) -> None:
     q = backend.client()
-    with pytest.raises(ValueError):
-        await q.wait("task_x", timeout_ms=10, poll_ms=0)
+    with pytest.raises(ValueError, match="poll_ms and max_poll_ms must be >= 0"):
+        await q.wait("task_x", timeout_ms=10, poll_ms=-1)
     with pytest.raises(TypeError):
         await q.wait("task_x", timeout_ms="10")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         await q.wait("task_x", timeout_ms=float("nan"))
+
+
+async def test_wait_takes_zero_poll_intervals_as_0_15_1_does(backend) -> None:
+    """poll_ms=0 (and max_poll_ms=0) mean "as often as you can" to 0.15.1;
+    ours waits at least a millisecond between looks, and never spins."""
+    q = backend.client()
+    task = await q.submit("zero.poll")
+    with pytest.raises(TaskTimeout):
+        await q.wait(task.id, timeout_ms=50, poll_ms=0, max_poll_ms=0)
+    await q.cancel(task.id)
+    assert (await q.wait(task.id, timeout_ms=1_000, poll_ms=0)).status == "canceled"
 
 
 async def test_wait_takes_float_and_negative_timeouts(backend) -> None:
