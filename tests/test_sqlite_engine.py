@@ -129,15 +129,17 @@ async def test_busy_budget_exhausted_raises_and_writes_nothing(sqlite_backend) -
     assert _count(sqlite_backend.target) == 1
 
 
-def test_busy_policy_backs_off_within_budget() -> None:
+def test_busy_policy_polls_quickly_within_budget() -> None:
+    # The lock is free only between other writers' transactions: a waiter
+    # that backed off to tens of milliseconds missed every chance.
     policy = BusyPolicy(100)
     delays = []
     while (d := policy.next_delay()) is not None:
         delays.append(d)
         time.sleep(d)
-    assert delays[0] <= 0.0015
-    assert max(delays) <= 0.075
-    assert 0.05 <= sum(delays) <= 0.2
+    assert max(delays) <= 0.0015
+    assert policy.spent
+    assert 0.1 <= time.monotonic() - policy.started
 
 
 async def test_close_turns_new_work_away_and_finishes_queued_writes(sqlite_backend) -> None:
