@@ -347,3 +347,21 @@ async def test_a_reference_sdk_writer_beside_busy_writers_gets_its_writes_in(tmp
     procs.cleanup()
     assert errors == []
 
+
+async def test_opening_a_migrated_file_takes_no_write_lock(tmp_path: Path) -> None:
+    """A worker restarted while others write must not queue for the lock ten
+    times (once per migration, with SQLite's coarse busy handler) to start."""
+    path = str(tmp_path / "tasks.db")
+    first = CairnQ.sqlite(path)
+    await first.submit("x")
+    await first.close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("begin immediate")
+        holder.execute("insert into cairnq_meta (key, value) values ('held', 'x')")
+        q = CairnQ.sqlite(path, busy_timeout_ms=0)  # any wait for the lock fails at once
+        await q.connect()
+        assert [t.name for t in await q.list()] == ["x"]
+        await q.close()
+    finally:
+        holder.close()
