@@ -149,6 +149,20 @@ def test_no_turns_without_a_file() -> None:
     assert WriteTurns.open("") is None  # :memory: and temporary databases
 
 
+def test_the_sidecar_lives_while_contention_does(db: str) -> None:
+    sidecar = Path(db + turns_module.SUFFIX)
+    first, second = WriteTurns.open(db), WriteTurns.open(db)
+    assert first is not None and second is not None
+    assert first.my_turn() and not sidecar.exists()  # nobody ever waited: no file at all
+    first.wait()
+    assert sidecar.exists()
+    assert not second.my_turn()  # it finds the file, and keeps it open from now on
+    first.close()
+    assert sidecar.exists()  # the second still has it
+    second.close()
+    assert not sidecar.exists()  # the last one out removed it
+
+
 # -- in the engine -----------------------------------------------------------------------------
 
 
@@ -187,6 +201,7 @@ async def test_a_writer_that_just_committed_does_not_take_the_lock_back_from_a_w
     finally:
         await first.drain_and_close()
         await second.drain_and_close()
+    assert sorted(p.name for p in Path(db).parent.iterdir()) == ["turns.db"]  # nothing left beside it
 
 
 # -- the candidates ruled out ----------------------------------------------------------------------

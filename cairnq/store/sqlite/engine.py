@@ -37,10 +37,13 @@ loop, or anyone else, is handled explicitly:
   transactions.
 * Fairness on the loop. A coroutine awaiting store calls that need no I/O
   never suspends, so it could starve every other task of the loop (timers,
-  heartbeats). Each call that may run inline first checks a time slice
-  (SLICE_S, one monotonic clock read): when the slice is over and the loop
-  has not polled since it began (a timer marker set at its start has not
-  run), the call yields once with ``asyncio.sleep(0)``.
+  heartbeats). Each call about to run inline (a read, a lone write, a
+  transaction) first compares the monotonic clock with the end of a time
+  slice (SLICE_S): when it is over, and the same task has held the loop since
+  the slice began (a timer marker set at its start has not run: the loop has
+  not polled), the call yields once with ``asyncio.sleep(0)``. Queued writes
+  suspend anyway and are not slowed, so group commits stay whole; a flood of
+  them is flushed in slices too.
 """
 
 from __future__ import annotations
@@ -152,13 +155,17 @@ class SqliteEngine:
         self._slice_end = 0.0
         self._loop_polled = True
         self._marker: asyncio.TimerHandle | None = None
+        self._slice_task: asyncio.Task[Any] | None = None
 
     # -- fairness on the loop --------------------------------------------
 
     async def _next_slice(self) -> None:
-        """The slice is over: yield once, unless the loop polled meanwhile anyway."""
-        if not self._loop_polled:
+        """The slice is over: yield once if the same task has held the loop
+        all along (it has not polled since the slice began)."""
+        task = asyncio.current_task()
+        if not self._loop_polled and task is self._slice_task:
             await asyncio.sleep(0)  # returns after the loop has polled
+        self._slice_task = task
         self._slice_end = _monotonic() + SLICE_S
         self._loop_polled = False
         if self._marker is None:
@@ -170,6 +177,15 @@ class SqliteEngine:
     def _polled(self) -> None:
         self._marker = None
         self._loop_polled = True
+
+    def _may_run_inline(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """May a write skip the queue: nothing queued or running, nothing else runnable."""
+        return (
+            not self._writes
+            and self._flush_handle is None
+            and not self._in_txn
+            and self._nothing_else_ready(loop)
+        )
 
     def _nothing_else_ready(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Would the loop go straight back to polling? (Our slice marker aside;
@@ -222,14 +238,14 @@ class SqliteEngine:
                 else:
                     self._flush_handle = loop.call_later(RIDE_WINDOW_S, self._flush)
             return await future
-        if _monotonic() >= self._slice_end:
-            await self._next_slice()
-            if self._closing:
-                raise StoreClosed()
-        if not self._writes and self._flush_handle is None and not self._in_txn:
-            if self._nothing_else_ready(loop) and self._my_turn():
-                # Nothing else will run before the loop polls again, so nothing
-                # could join a batch: commit now and skip the round trip.
+        if self._may_run_inline(loop):
+            # Nothing else will run before the loop polls again, so nothing
+            # could join a batch: commit now and skip the round trip.
+            if _monotonic() >= self._slice_end:
+                await self._next_slice()
+                if self._closing:
+                    raise StoreClosed()
+            if self._may_run_inline(loop) and self._my_turn():
                 try:
                     rows = self.conn.execute(sql, params).fetchall()
                 except sqlite3.OperationalError as exc:
