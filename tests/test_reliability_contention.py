@@ -15,6 +15,12 @@ error their loop survives through ``on_error``; the processes' own output is
 scanned too), and no task may run on two workers at once (handlers log start
 and end with wall-clock times and the lease; overlaps are checked per task).
 
+The second run does the same while a worker is SIGKILLed or SIGTERMed (and a
+new one started) about every ``CAIRNQ_SOAK_CHAOS_S`` (default 1 s): killed
+writers, recovered leases and draining workers must not starve anyone's
+writes either. Tasks a killed worker touched must still end, each attempt run
+once; the others as prescribed.
+
 Sizes (environment): ``CAIRNQ_SOAK_SECONDS`` (default 15), ``CAIRNQ_SOAK_RATE``
 (tasks per second per producer, default 100),
 ``CAIRNQ_SOAK_LEASE_MS`` (1500; workers beat every third of it), ``CAIRNQ_SOAK_WORKERS`` (4),
@@ -267,6 +273,18 @@ async def run_contention(tmp_path: Path, procs: Procs, *, chaos: bool) -> None:
                           "concurrency": CONCURRENCY, "lease_ms": LEASE_MS})  # fmt: skip
     for _ in range(N_WORKERS):
         fleet.start()
+    disorder = asyncio.ensure_future(fleet.chaos(random.Random(7))) if chaos else None
+    try:
+        run = await produce_and_drain(tmp_path, db, procs, errors)
+    finally:
+        if disorder is not None:
+            disorder.cancel()
+    await stop_workers(fleet, log)
+    judge(run, fleet, read_jsonl(log), read_jsonl(errors), procs, chaos)
+
+
+async def produce_and_drain(tmp_path: Path, db: Path, procs: Procs, errors: Path) -> dict[str, Any]:
+    """Run the producers, then wait until every task they submitted is terminal."""
     producers = [
         procs.start(
             f"producer-{i}",
@@ -276,62 +294,71 @@ async def run_contention(tmp_path: Path, procs: Procs, *, chaos: bool) -> None:
         )  # fmt: skip
         for i in range(N_PRODUCERS)
     ]
-    disorder = asyncio.ensure_future(fleet.chaos(random.Random(7))) if chaos else None
+    started = time.monotonic()
+    for p in producers:
+        code = await wait_exit(p, SECONDS + 60, "producer", procs.outputs)
+        assert code == 0, procs.outputs()
+    produce_s = time.monotonic() - started
+
+    submitted: dict[str, dict[str, Any]] = {}
+    for i in range(N_PRODUCERS):
+        for rec in read_jsonl(tmp_path / f"ids-{i}.jsonl"):
+            assert rec["id"] not in submitted, f"two submits returned the same id: {rec}"
+            submitted[rec["id"]] = rec
+    assert submitted, procs.outputs()
+
+    raw = sqlite3.connect(str(db), isolation_level=None)
+    raw.execute("pragma busy_timeout = 10000")
     try:
-        started = time.monotonic()
-        for p in producers:
-            code = await wait_exit(p, SECONDS + 60, "producer", procs.outputs)
-            assert code == 0, procs.outputs()
-        produce_s = time.monotonic() - started
-
-        submitted: dict[str, dict[str, Any]] = {}
-        for i in range(N_PRODUCERS):
-            for rec in read_jsonl(tmp_path / f"ids-{i}.jsonl"):
-                assert rec["id"] not in submitted, f"two submits returned the same id: {rec}"
-                submitted[rec["id"]] = rec
-        assert submitted, procs.outputs()
-
-        # Drain: every submitted task reaches a terminal state.
-        raw = sqlite3.connect(str(db), isolation_level=None)
-        raw.execute("pragma busy_timeout = 10000")
-        try:
-            deadline = time.monotonic() + DRAIN_TIMEOUT_S
-            while True:
-                unfinished = raw.execute(
-                    "select count(*) from cairnq_tasks where status in ('queued', 'running')"
-                ).fetchone()[0]
-                if unfinished == 0:
-                    break
-                assert time.monotonic() < deadline, f"{unfinished} tasks unfinished after the drain timeout"
-                await asyncio.sleep(0.2)
-            drain_s = time.monotonic() - started - produce_s
-            rows = {
-                r[0]: r
-                for r in raw.execute(
-                    "select id, status, attempt, error, result, payload from cairnq_tasks"
-                ).fetchall()
-            }
-            integrity = raw.execute("pragma integrity_check").fetchall()
-        finally:
-            raw.close()
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while True:
+            unfinished = raw.execute(
+                "select count(*) from cairnq_tasks where status in ('queued', 'running')"
+            ).fetchone()[0]
+            if unfinished == 0:
+                break
+            assert time.monotonic() < deadline, f"{unfinished} tasks unfinished after the drain timeout"
+            await asyncio.sleep(0.2)
+        drain_s = time.monotonic() - started - produce_s
+        rows = {
+            r[0]: r
+            for r in raw.execute(
+                "select id, status, attempt, error, result, payload from cairnq_tasks"
+            ).fetchall()
+        }
+        integrity = raw.execute("pragma integrity_check").fetchall()
     finally:
-        if disorder is not None:
-            disorder.cancel()
+        raw.close()
+    return {"submitted": submitted, "rows": rows, "integrity": integrity,
+            "produce_s": produce_s, "drain_s": drain_s}  # fmt: skip
 
+
+async def stop_workers(fleet: Fleet, log: Path) -> None:
+    """SIGTERM the live workers; every stopped worker must have drained and exited 0."""
     for _, w in fleet.live:
         w.send_signal(signal.SIGTERM)
     served = {ev["label"] for ev in read_jsonl(log)}
     for label, w in fleet.live + fleet.stopped:
-        code = await wait_exit(w, 20, "worker", procs.outputs)
+        code = await wait_exit(w, 20, "worker", fleet.procs.outputs)
         if code == -signal.SIGTERM and label not in served:
             fleet.killed.add(label)  # stopped while still starting up, before its signal handlers
             continue
-        assert code == 0, procs.outputs()
+        assert code == 0, fleet.procs.outputs()
 
-    # Everything is measured first and reported, then asserted.
+
+def judge(
+    run: dict[str, Any],
+    fleet: Fleet,
+    log: list[dict[str, Any]],
+    surfaced: list[dict[str, Any]],
+    procs: Procs,
+    chaos: bool,
+) -> None:
+    """Everything is measured first and reported, then asserted."""
+    submitted, rows = run["submitted"], run["rows"]
     lost = [i for i in submitted if i not in rows]
     unexpected_rows = set(rows) - set(submitted)
-    calls = executions(read_jsonl(log))
+    calls = executions(log)
     wrong: dict[str, Any] = {}
     repeated_attempts = redelivered = cut_short = 0
     overlaps = []
@@ -366,7 +393,6 @@ async def run_contention(tmp_path: Path, procs: Procs, *, chaos: bool) -> None:
                 "runs": [(c["attempt"], c["label"], round(c["start"], 3), c["end"] and round(c["end"], 3))
                          for c in runs],
             }  # fmt: skip
-    surfaced = read_jsonl(errors)
     busy = [e for e in surfaced if any(m in e["message"] for m in BUSY_MARKERS)]
     leaked = {
         label: out for label, out in procs.output_of().items() if any(m in out for m in BUSY_MARKERS)
@@ -377,10 +403,10 @@ async def run_contention(tmp_path: Path, procs: Procs, *, chaos: bool) -> None:
         f"\n[reliability] sqlite contention: {N_WORKERS} workers x {CONCURRENCY} + {N_PRODUCERS} "
         f"producers, {SECONDS:.0f}s at {RATE:.0f}/s each, lease {LEASE_MS} ms"
         f"{f', {len(fleet.killed)} workers killed and {len(fleet.stopped)} stopped' if chaos else ''}: "
-        f"tasks {len(submitted)} {dict(kinds)}, handler calls {sum(by_worker.values())} {dict(by_worker)}; "
-        f"produce {produce_s:.1f}s, drain {drain_s:.1f}s -- lost: {len(lost)}, duplicates: {redelivered} "
-        f"(attempts run twice: {repeated_attempts}; touched by a killed worker: {cut_short}), "
-        f"errors surfaced: {len(surfaced)} (busy: {len(busy)} "
+        f"tasks {len(submitted)} {dict(kinds)}, handler calls {sum(by_worker.values())}; "
+        f"produce {run['produce_s']:.1f}s, drain {run['drain_s']:.1f}s -- lost: {len(lost)}, "
+        f"duplicates: {redelivered} (attempts run twice: {repeated_attempts}; touched by a killed "
+        f"worker: {cut_short}), errors surfaced: {len(surfaced)} (busy: {len(busy)} "
         f"{dict(Counter((e['via'], e.get('code')) for e in busy))}), overlaps: {len(overlaps)}, "
         f"wrong final state: {len(wrong)}"
     )
@@ -392,7 +418,7 @@ async def run_contention(tmp_path: Path, procs: Procs, *, chaos: bool) -> None:
         json.dumps({task_id: info}) for task_id, info in list(wrong.items())[:10]
     )
     assert repeated_attempts == 0 and redelivered == 0
-    assert integrity == [("ok",)]
+    assert run["integrity"] == [("ok",)]
     # -- no busy error ever reached a caller (nor anything else) ---------------------------------
     assert not busy, busy[:5]
     assert not leaked, leaked

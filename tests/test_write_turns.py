@@ -51,6 +51,13 @@ def db(tmp_path: Path) -> str:
     return path
 
 
+@pytest.fixture(autouse=True)
+def look_for_the_sidecar_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer that found no sidecar looks again only after a moment: here
+    at once, so each step sees the queue as it is."""
+    monkeypatch.setattr(turns_module, "ABSENT_RECHECK_NS", 0)
+
+
 @pytest.fixture
 def writers(db: str) -> Iterator[list[WriteTurns]]:
     opened = [WriteTurns.open(db) for _ in range(4)]

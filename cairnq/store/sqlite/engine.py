@@ -139,6 +139,7 @@ class SqliteEngine:
         self._flushing = False
         self._write_busy: BusyPolicy | None = None  # set while queued writes wait for the lock
         self._turns = WriteTurns.open(_database_file(conn)) if turns else None
+        self._announced = False  # this engine is (or may be) in the queue of waiters
         self._begins_waiting = 0  # transactions now waiting for the lock
         self._in_txn = False
         self._gate_waiters: deque[asyncio.Future[None]] = deque()
@@ -179,13 +180,15 @@ class SqliteEngine:
         self._loop_polled = True
 
     def _may_run_inline(self, loop: asyncio.AbstractEventLoop) -> bool:
-        """May a write skip the queue: nothing queued or running, nothing else runnable."""
-        return (
-            not self._writes
-            and self._flush_handle is None
-            and not self._in_txn
-            and self._nothing_else_ready(loop)
-        )
+        """May a write skip the queue: nothing queued or running, nothing else
+        runnable (our slice marker aside; never where the run queue cannot be
+        seen, as in uvloop)."""
+        if self._writes or self._flush_handle is not None or self._in_txn:
+            return False
+        ready = getattr(loop, "_ready", None)  # asyncio's run queue
+        if ready is None:
+            return False
+        return not ready or (len(ready) == 1 and ready[0] is self._marker)
 
     def _nothing_else_ready(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Would the loop go straight back to polling? (Our slice marker aside;
@@ -241,11 +244,14 @@ class SqliteEngine:
         if self._may_run_inline(loop):
             # Nothing else will run before the loop polls again, so nothing
             # could join a batch: commit now and skip the round trip.
+            inline = True
             if _monotonic() >= self._slice_end:
                 await self._next_slice()
                 if self._closing:
                     raise StoreClosed()
-            if self._may_run_inline(loop) and self._my_turn():
+                inline = self._may_run_inline(loop)
+            turns = self._turns
+            if inline and (turns is None or turns.my_turn()):
                 try:
                     rows = self.conn.execute(sql, params).fetchall()
                 except sqlite3.OperationalError as exc:
@@ -253,7 +259,8 @@ class SqliteEngine:
                         raise
                     # busy: queue it, the flusher waits for the lock
                 else:
-                    self._got_lock()
+                    if self._announced:
+                        self._got_lock()
                     self._note_commit()
                     return rows
         future = loop.create_future()
@@ -436,17 +443,26 @@ class SqliteEngine:
         turns = self._turns
         return turns is None or turns.my_turn()
 
+    def _announce(self) -> None:
+        """Queue up for the lock (once), or tell the queue this waiter still polls."""
+        self._announced = True
+        if self._turns is not None:
+            self._turns.wait()
+
     def _got_lock(self) -> None:
         """The lock was ours: the queued writes' wait is over, and this process
         is out of the queue of waiters (if it waits again, it starts at the back)."""
         self._write_busy = None
+        self._announced = False
         if self._turns is not None:
             self._turns.served()
 
     def _stop_waiting(self) -> None:
         """A waiter gave up: leave the queue of waiters if nothing else here waits."""
-        if self._turns is not None and self._write_busy is None and not self._begins_waiting:
-            self._turns.served()
+        if self._write_busy is None and not self._begins_waiting:
+            self._announced = False
+            if self._turns is not None:
+                self._turns.served()
 
     def _wait_for_lock(self, batch: list[_Write], exc: BaseException | None) -> bool:
         """The lock is taken (``exc``: SQLITE_BUSY) or another writer's turn
@@ -457,8 +473,7 @@ class SqliteEngine:
         loop = asyncio.get_running_loop()
         if self._write_busy is None:
             self._write_busy = BusyPolicy(self.busy_timeout_ms)
-        if self._turns is not None:
-            self._turns.wait()
+        self._announce()
         delay = self._write_busy.next_delay()
         if delay is None:
             if exc is None:  # waited for turns only: the last attempt decides
@@ -599,8 +614,7 @@ class SqliteEngine:
             return
 
     async def _wait_turn(self, policy: BusyPolicy) -> None:
-        if self._turns is not None:
-            self._turns.wait()
+        self._announce()
         self._begins_waiting += 1
         try:
             await asyncio.sleep(policy.next_delay() or 0)

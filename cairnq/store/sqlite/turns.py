@@ -25,8 +25,9 @@ The sidecar exists only while there is contention to order: the first
 writer to wait creates it; every writer that finds it keeps it open, with a
 shared OFD lock on the byte after the table ("present"), and the last of
 them to close removes it (it alone can take that byte exclusively). Without
-it, a writer only looks for it again after ABSENT_RECHECK_NS, so an
-uncontended process costs one clock read per write.
+it, a writer looks for it again only after ABSENT_RECHECK_NS (so an
+uncontended process pays one clock read per write, and a writer that has
+not seen the sidecar yet may go ahead of a waiter for that long, once).
 
 Writers that do not take part (the reference SDK, the sqlite3 shell) are not
 ordered, but lose nothing: the participants never barge ahead of each other,
@@ -101,9 +102,13 @@ class WriteTurns:
 
     def my_turn(self) -> bool:
         """May this writer try for the lock now: no live writer has waited longer."""
-        fd = self._fd if self._fd is not None else self._attach(create=False)
+        fd = self._fd
         if fd is None:
-            return True  # no sidecar: nobody waits
+            if _monotonic_ns() < self._absent_until:
+                return True  # no sidecar a moment ago: nobody waits
+            fd = self._attach(create=False)
+            if fd is None:
+                return True
         try:
             found = _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_OFD_GETLK, self._probe))
             if found[0] == fcntl.F_UNLCK:
@@ -154,7 +159,8 @@ class WriteTurns:
         file found must still be the one at the path once marked: the last
         user may have removed it meanwhile."""
         now = _monotonic_ns()
-        if not create and now < self._absent_until:
+        if not create and not os.access(self._path, os.F_OK):  # cheaper than a failing open
+            self._absent_until = now + ABSENT_RECHECK_NS
             return None
         flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | (os.O_CREAT if create else 0)
         for _ in range(3):
