@@ -52,10 +52,12 @@ def db(tmp_path: Path) -> str:
 
 
 @pytest.fixture(autouse=True)
-def look_for_the_sidecar_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A writer that found no sidecar looks again only after a moment: here
-    at once, so each step sees the queue as it is."""
+def turns_without_delays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer that found no sidecar looks again only after a moment, and one
+    that just had the lock goes on until a waiter has waited a moment: here
+    neither, so each step sees the queue as it is (the hold has its own test)."""
     monkeypatch.setattr(turns_module, "ABSENT_RECHECK_NS", 0)
+    monkeypatch.setattr(turns_module, "HOLD_NS", 0)
 
 
 @pytest.fixture
@@ -81,6 +83,17 @@ def test_a_writer_that_did_not_wait_lets_a_waiter_go_first(writers: list[WriteTu
     assert waiter.my_turn()
     waiter.served()  # it got the lock
     assert holder.my_turn()
+
+
+def test_a_writer_goes_on_until_a_waiter_has_waited_a_moment(
+    writers: list[WriteTurns], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    holder, waiter, *_ = writers
+    monkeypatch.setattr(turns_module, "HOLD_NS", 3_600 * 10**9)
+    waiter.wait()
+    assert holder.my_turn()  # the waiter has not waited HOLD_NS yet: one more transaction
+    monkeypatch.setattr(turns_module, "HOLD_NS", 0)
+    assert not holder.my_turn()  # now it has
 
 
 @pytest.mark.parametrize("order", [(0, 1, 2, 3), (3, 2, 1, 0), (2, 0, 3, 1)])

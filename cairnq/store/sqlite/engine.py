@@ -11,10 +11,12 @@ loop, or anyone else, is handled explicitly:
   ``busy_timeout_ms``. Waiting writers of every cairnq process on the file
   queue up for the lock (``turns.py``): before each attempt, a writer checks
   that no other has waited longer, so one that just committed lets the
-  waiters go first instead of taking the lock back microseconds later; the
-  lock goes to the writer that waited longest. Uncontended, the check is one
-  ``fcntl`` call per write transaction. A busy error reaches a caller only
-  when it has waited its whole budget and one last attempt of its own failed.
+  waiters go first (once they have waited ``turns.HOLD_NS``) instead of
+  taking the lock back microseconds later; the lock goes to the writer that
+  waited longest. Uncontended, the check is a clock read per write (the
+  queue's file exists only under contention; then one ``fcntl`` call). A busy
+  error reaches a caller only when it has waited its whole budget and one
+  last attempt of its own failed.
 * Write throughput. Writes issued outside a transaction are queued and
   flushed together by one callback scheduled with ``call_soon``: everything
   the loop produced in the same turn shares one BEGIN IMMEDIATE ... COMMIT,

@@ -14,9 +14,12 @@ up instead, in a sidecar file next to the database, ``<database>-cairnq-wait``:
   of the machine, and SQLite's WAL shares its memory only within one).
 * Before every attempt at the lock, a writer asks the kernel whether any
   other slot is locked (one ``F_OFD_GETLK``: the whole cost when nobody
-  waits). If some live waiter began waiting before it, it does not attempt:
-  it queues up itself (a writer that just committed goes to the back).
-* So the lock, once free, goes to the writer that has waited longest. A waiter
+  waits). A waiter attempts only if no live waiter began waiting before it.
+  A writer that is not waiting (it just committed, typically) goes on only
+  until the longest waiter has waited HOLD_NS, then queues up at the back.
+* So the lock, once free, goes to the writer that has waited longest, and a
+  writer waits at most HOLD_NS plus the transactions of those ahead of it
+  (measured: p99 ~20 ms beside two writers that never pause). A waiter
   that has not polled for STALE_NS (its process stopped, or its loop blocked)
   is passed over until it polls again, so a stuck process cannot stall the
   others; a dead one's slot is released by the kernel.
@@ -66,6 +69,11 @@ _PRESENT = _TABLE  # the byte every writer with the sidecar open holds a shared 
 # A waiter polls every millisecond or so; one that has been silent this long
 # is not waited for.
 STALE_NS = 20_000_000
+# A writer that is not waiting (it just had the lock) goes on writing until
+# the longest waiter has waited this long: each hand-over leaves the lock idle
+# until the waiter's next poll (a millisecond or two), so handing it over at
+# every COMMIT would cost busy writers a fifth of their throughput.
+HOLD_NS = 10_000_000
 # Without a sidecar, how long before a writer looks for one again.
 ABSENT_RECHECK_NS = 1_000_000
 # struct flock: l_type, l_whence, l_start, l_len, l_pid, padded like the C struct.
@@ -209,7 +217,11 @@ class WriteTurns:
                 if slot < 0:
                     continue
             since, polled = _ENTRY.unpack_from(table, slot * _SLOT)
-            if since and now - polled < STALE_NS and (mine is None or (since, slot) < mine):
+            if (
+                since
+                and now - polled < STALE_NS
+                and ((since, slot) < mine if mine is not None else now - since >= HOLD_NS)
+            ):
                 return True
             ranges += [r for r in ((lo, slot), (slot + 1, hi)) if r[0] < r[1]]
             slot = -1
