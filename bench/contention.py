@@ -5,8 +5,8 @@
 
 Hogs keep the write lock as busy as they can: each keeps ``--hog-lanes``
 submits in flight without pause (group commits back to back). Victims write
-a little at a time, the way a producer does: a gather of 4 submits, then
-20 ms of rest; each records how long every gather took and every error it
+a little at a time, the way a producer does: a gather of 4 submits every
+25 ms (or at once if the last took longer); each records how long every gather took and every error it
 raised (type, SQLite's extended error name). ``--ref-hogs`` and
 ``--ref-victims`` run the same roles under the reference SDK's interpreter
 (``CAIRNQ_REF_VENV``, see tests/refsdk.py), which takes part in no handshake
@@ -54,8 +54,8 @@ async def hog(q):
 
 
 async def victim(q):
-    while time.monotonic() < deadline:
-        started = time.monotonic()
+    started = time.monotonic()
+    while started < deadline:
         outcome = await asyncio.gather(*(q.submit("victim", {}) for _ in range(4)), return_exceptions=True)
         latencies.append(time.monotonic() - started)
         for r in outcome:
@@ -63,7 +63,9 @@ async def victim(q):
                 errors.append((type(r).__name__, getattr(r, "sqlite_errorname", None), str(r)))
             else:
                 done[0] += 1
-        await asyncio.sleep(0.02)
+        # a fixed pace (open loop): the same offered load however long each gather took
+        started = max(started + 0.025, time.monotonic())
+        await asyncio.sleep(started - time.monotonic())
 
 
 async def main():

@@ -62,7 +62,7 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 
 from cairnq.errors import StoreClosed
-from cairnq.store.sqlite.turns import WriteTurns
+from cairnq.store.sqlite.turns import HOLD_NS, WriteTurns
 
 log = logging.getLogger("cairnq.store")
 
@@ -77,6 +77,7 @@ RIDE_WINDOW_S = 0.002
 # A writer waiting for the lock tries again this often (jittered): the lock
 # is free only between other writers' transactions, so waiters must look often.
 POLL_S = 0.001
+HOLD_S = HOLD_NS / 1e9
 # The longest an inline caller runs before letting the loop poll.
 SLICE_S = 0.001
 _monotonic = time.monotonic
@@ -93,8 +94,16 @@ def is_busy(exc: BaseException) -> bool:
 
 
 class BusyPolicy:
-    """Retries after SQLITE_BUSY: every POLL_S (jittered x0.5-1.5), for at
-    most ``budget_ms`` from ``started`` (default: now)."""
+    """When to try the lock again after SQLITE_BUSY, for at most ``budget_ms``
+    from ``started`` (default: now).
+
+    For the first HOLD_S a writer of ours that holds the lock keeps it (it
+    hands it over once the longest waiter has waited that long): attempts
+    then thin out, each at about twice the time waited so far, so a short
+    hold is caught at once without crowding out, at every gap between that
+    writer's transactions, the writers that take no turns (the reference
+    SDK). From then on, every POLL_S (jittered x0.5-1.5).
+    """
 
     __slots__ = ("budget_s", "started")
 
@@ -108,10 +117,15 @@ class BusyPolicy:
 
     def next_delay(self) -> float | None:
         """Seconds to sleep before retrying, or None when the budget is spent."""
-        remaining = self.budget_s - (_monotonic() - self.started)
+        waited = _monotonic() - self.started
+        remaining = self.budget_s - waited
         if remaining <= 0:
             return None
-        return min(POLL_S * random.uniform(0.5, 1.5), remaining)
+        if waited < HOLD_S - POLL_S:
+            delay = min(max(waited, POLL_S), HOLD_S - waited)
+        else:
+            delay = POLL_S * random.uniform(0.5, 1.5)
+        return min(delay, remaining)
 
 
 class _Write:
