@@ -11,9 +11,10 @@ loop or in the committer thread), riding in a transaction, or inside one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable
+from typing import Any, Awaitable
 
 import pytest
 
@@ -99,12 +100,9 @@ class Spinner:
         await asyncio.gather(self.task, return_exceptions=True)
 
 
-async def _busy_loop(busy: bool) -> AsyncIterator[None]:
-    if busy:
-        async with Spinner():
-            yield
-    else:
-        yield
+def _loop_kept_busy(busy: bool) -> Any:
+    """A Spinner when ``busy``, else nothing."""
+    return Spinner() if busy else contextlib.nullcontext()
 
 
 async def _then_usable(engine: SqliteEngine, path: str) -> None:
@@ -143,7 +141,7 @@ async def test_unbindable_write_in_a_group_commit_fails_alone(db: str, bad: Any,
     engine = await _engine(db)
     value, error = bad
     good = [engine.write(INSERT, (f"k{i}", i)) for i in range(10)]
-    async for _ in _busy_loop(committer):
+    async with _loop_kept_busy(committer):
         results = await _settled(*good[:5], engine.write(INSERT, ("bad", value)), *good[5:])
     assert isinstance(results[5], error)
     assert results[:5] + results[6:] == [[]] * 10
@@ -198,7 +196,7 @@ async def test_unbindable_read_raises_to_its_caller(db: str, bad: Any) -> None:
 async def test_a_write_that_rolls_back_its_group_commit_fails_alone(db: str, committer: bool) -> None:
     engine = await _engine(db)
     good = [engine.write(INSERT, (f"k{i}", i)) for i in range(10)]
-    async for _ in _busy_loop(committer):
+    async with _loop_kept_busy(committer):
         results = await _settled(*good[:5], engine.write(ROLLBACK_ALL, ("bad",)), *good[5:])
     assert isinstance(results[5], sqlite3.IntegrityError)
     assert results[:5] + results[6:] == [[]] * 10
@@ -225,7 +223,7 @@ async def test_a_write_whose_commit_is_refused_fails_alone(db: str, committer: b
     engine = await _engine(db)
     await engine.write("insert into parent (k) values ('p')", ())
     good = [engine.write("insert into child (k, parent) values (?, 'p')", (f"c{i}",)) for i in range(10)]
-    async for _ in _busy_loop(committer):
+    async with _loop_kept_busy(committer):
         results = await _settled(*good[:5], engine.write(ORPHAN, ("orphan",)), *good[5:])
     assert isinstance(results[5], sqlite3.IntegrityError)  # FOREIGN KEY constraint failed, at COMMIT
     assert results[:5] + results[6:] == [[]] * 10

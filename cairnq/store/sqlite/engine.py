@@ -304,16 +304,14 @@ class SqliteEngine:
             while self._writes and not self._in_txn and self._flush_handle is None:
                 if not self._flush_batch():
                     break  # waiting for the lock, or for a COMMIT in the committer thread
-                if (
-                    self._writes and _monotonic() >= ends
-                ):  # a flood: let the loop poll between batches
+                if self._writes and _monotonic() >= ends:
+                    # A flood: let the loop poll between batches.
                     self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
                     break
         finally:
             self._flushing = False
-        if (
-            not self._writes and self._write_busy is not None
-        ):  # nothing is left to wait for the lock
+        if not self._writes and self._write_busy is not None:
+            # Nothing is left to wait for the lock.
             self._write_busy = None
             self._stop_waiting()
         self._notify_idle()
