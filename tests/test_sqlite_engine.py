@@ -12,7 +12,8 @@ import time
 import pytest
 
 from cairnq import CairnQ, StoreClosed
-from cairnq.store.sqlite.engine import BusyPolicy, is_busy
+from cairnq.store.sqlite import engine as engine_module
+from cairnq.store.sqlite.engine import HOLD_S, POLL_S, BusyPolicy, is_busy
 
 
 def _count(path: str) -> int:
@@ -129,15 +130,25 @@ async def test_busy_budget_exhausted_raises_and_writes_nothing(sqlite_backend) -
     assert _count(sqlite_backend.target) == 1
 
 
-def test_busy_policy_backs_off_within_budget() -> None:
+def test_busy_policy_polls_quickly_once_the_hold_is_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The lock is free only between other writers' transactions: a waiter
+    # that backed off to tens of milliseconds missed every chance. During the
+    # first HOLD_S (another writer of ours may keep the lock that long) the
+    # attempts thin out; then they come every millisecond or so.
+    clock = [1000.0]
+    monkeypatch.setattr(engine_module, "_monotonic", lambda: clock[0])
     policy = BusyPolicy(100)
-    delays = []
+    schedule = []  # (waited so far, delay before the next attempt)
     while (d := policy.next_delay()) is not None:
-        delays.append(d)
-        time.sleep(d)
-    assert delays[0] <= 0.0015
-    assert max(delays) <= 0.075
-    assert 0.05 <= sum(delays) <= 0.2
+        schedule.append((clock[0] - policy.started, d))
+        clock[0] += d
+    in_hold = [d for waited, d in schedule if waited < HOLD_S]
+    after = [d for waited, d in schedule if waited >= HOLD_S]
+    assert in_hold[:3] == pytest.approx([POLL_S, POLL_S, 2 * POLL_S])  # about twice the wait so far
+    assert len(in_hold) <= 6
+    assert after and max(after) <= 1.5 * POLL_S
+    assert sum(d for _, d in schedule) == pytest.approx(0.1)  # the whole budget, no more
+    assert policy.spent
 
 
 async def test_close_turns_new_work_away_and_finishes_queued_writes(sqlite_backend) -> None:

@@ -3,18 +3,33 @@
 Statements run inline on the loop thread: a primary-key read or a one-row write
 takes microseconds, far less than a hop to a worker thread and back, and the
 hop is what makes thread-per-connection drivers slow. What must not block the
-loop is handled explicitly:
+loop, or anyone else, is handled explicitly:
 
 * Lock contention with other processes. ``busy_timeout`` is 0, so SQLite
-  returns SQLITE_BUSY at once and the engine waits with ``asyncio.sleep``
-  (1 ms doubling to 50 ms, jittered, within ``busy_timeout_ms``), letting
-  reads and other coroutines run meanwhile.
+  returns SQLITE_BUSY at once; the engine tries again every millisecond or so
+  (``asyncio.sleep``, so reads and other coroutines run meanwhile), within
+  ``busy_timeout_ms``. Waiting writers of every cairnq process on the file
+  queue up for the lock (``turns.py``): before each attempt, a writer checks
+  that no other has waited longer, so one that just committed lets the
+  waiters go first (once they have waited ``turns.HOLD_NS``) instead of
+  taking the lock back microseconds later; the lock goes to the writer that
+  waited longest. Uncontended, the check is a clock read per write (the
+  queue's file exists only under contention; then one ``fcntl`` call). A busy
+  error reaches a caller only when it has waited its whole budget and one
+  last attempt of its own failed.
 * Write throughput. Writes issued outside a transaction are queued and
   flushed together by one callback scheduled with ``call_soon``: everything
   the loop produced in the same turn shares one BEGIN IMMEDIATE ... COMMIT,
   hence one fsync (group commit). Nothing waits to fill a batch: when no other
   callback is ready to run (the loop would go straight back to polling), a
   write executes at once in its caller, as its own autocommit transaction.
+* One bad write among many. A statement that fails (a constraint, a value
+  sqlite3 cannot bind, anything it raises) fails its own caller only: the
+  others of its batch commit. If it took the whole transaction down with it,
+  the others go back to the queue; if the COMMIT itself is refused (a
+  deferred constraint), each write of the batch is run again on its own, so
+  each gets its own outcome. Every caller's future is settled, whatever
+  happens.
 * The fsync of a batch. Its COMMIT runs on a dedicated committer thread
   (SQLite releases the GIL while it syncs), so the loop prepares the next
   batch meanwhile; the connection stays reserved ("the gate") until it is done.
@@ -22,11 +37,21 @@ loop is handled explicitly:
   to COMMIT (the "gate"); reads and the flusher wait for it, and the flusher
   runs right after it so queued writes are never starved by back-to-back
   transactions.
+* Fairness on the loop. A coroutine awaiting store calls that need no I/O
+  never suspends, so it could starve every other task of the loop (timers,
+  heartbeats). Each call about to run inline (a read, a lone write, a
+  transaction) first compares the monotonic clock with the end of a time
+  slice (SLICE_S): when it is over, and the same task has held the loop since
+  the slice began (a timer marker set at its start has not run: the loop has
+  not polled), the call yields once with ``asyncio.sleep(0)``. Queued writes
+  suspend anyway and are not slowed, so group commits stay whole; a flood of
+  them is flushed in slices too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import sqlite3
@@ -34,9 +59,10 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 
 from cairnq.errors import StoreClosed
+from cairnq.store.sqlite.turns import HOLD_NS, WriteTurns
 
 log = logging.getLogger("cairnq.store")
 
@@ -48,6 +74,13 @@ _SQLITE_BUSY = 5
 MAX_BATCH = 256
 # How long a deferred write waits for a transaction to ride in.
 RIDE_WINDOW_S = 0.002
+# A writer waiting for the lock tries again this often (jittered): the lock
+# is free only between other writers' transactions, so waiters must look often.
+POLL_S = 0.001
+HOLD_S = HOLD_NS / 1e9
+# The longest an inline caller runs before letting the loop poll.
+SLICE_S = 0.001
+_monotonic = time.monotonic
 
 
 def is_busy(exc: BaseException) -> bool:
@@ -61,47 +94,69 @@ def is_busy(exc: BaseException) -> bool:
 
 
 class BusyPolicy:
-    """Backoff for SQLITE_BUSY: 1 ms doubling to 50 ms, jittered x0.5-1.5,
-    for at most ``budget_ms`` in total."""
+    """When to try the lock again after SQLITE_BUSY, for at most ``budget_ms``
+    from ``started`` (default: now).
 
-    __slots__ = ("budget_ms", "_started", "_delay")
+    For the first HOLD_S a writer of ours that holds the lock keeps it (it
+    hands it over once the longest waiter has waited that long): attempts
+    then thin out, each at about twice the time waited so far, so a short
+    hold is caught at once without crowding out, at every gap between that
+    writer's transactions, the writers that take no turns (the reference
+    SDK). From then on, every POLL_S (jittered x0.5-1.5).
+    """
 
-    def __init__(self, budget_ms: int) -> None:
-        self.budget_ms = budget_ms
-        self._started: float | None = None
-        self._delay = 0.001
+    __slots__ = ("budget_s", "started")
+
+    def __init__(self, budget_ms: int, started: float | None = None) -> None:
+        self.budget_s = budget_ms / 1000
+        self.started = _monotonic() if started is None else started
+
+    @property
+    def spent(self) -> bool:
+        return _monotonic() - self.started >= self.budget_s
 
     def next_delay(self) -> float | None:
         """Seconds to sleep before retrying, or None when the budget is spent."""
-        now = time.monotonic()
-        if self._started is None:
-            self._started = now
-        remaining = self.budget_ms / 1000 - (now - self._started)
+        waited = _monotonic() - self.started
+        remaining = self.budget_s - waited
         if remaining <= 0:
             return None
-        delay = min(self._delay * random.uniform(0.5, 1.5), remaining)
-        self._delay = min(self._delay * 2, 0.05)
-        return delay
+        if waited < HOLD_S - POLL_S:
+            delay = min(max(waited, POLL_S), HOLD_S - waited)
+        else:
+            delay = POLL_S * random.uniform(0.5, 1.5)
+        return min(delay, remaining)
 
 
 class _Write:
-    __slots__ = ("sql", "params", "future")
+    __slots__ = ("sql", "params", "future", "since", "alone")
 
     def __init__(self, sql: str, params: Any, future: asyncio.Future[list[Any]]) -> None:
         self.sql = sql
         self.params = params
         self.future = future
+        self.since = _monotonic()
+        self.alone = False  # its group's COMMIT was refused: it runs on its own
+
+
+Outcome = tuple[_Write, Any, "BaseException | None"]
 
 
 class SqliteEngine:
     """Executes statements for one connection; see the module docstring."""
 
-    def __init__(self, conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, busy_timeout_ms: int, *, turns: bool = True
+    ) -> None:
         self.conn = conn
         self.busy_timeout_ms = busy_timeout_ms
         self._writes: deque[_Write] = deque()
         self._flush_handle: asyncio.Handle | asyncio.TimerHandle | None = None
-        self._write_busy: BusyPolicy | None = None
+        self._flushing = False
+        self._write_busy: BusyPolicy | None = None  # set while queued writes wait for the lock
+        self._turns = WriteTurns.open(_database_file(conn)) if turns else None
+        self._announced = False  # this engine is (or may be) in the queue of waiters
+        self._begins_waiting = 0  # transactions now waiting for the lock
         self._in_txn = False
         self._gate_waiters: deque[asyncio.Future[None]] = deque()
         self._closing = False
@@ -112,11 +167,59 @@ class SqliteEngine:
         # Claim loops now sleeping until a change: while one is, deferred
         # writes have no claim to ride with and are flushed at once.
         self.claims_asleep = 0
+        # The fairness slice: when it ends, whether the loop polled since it
+        # began, and the timer that tells (None once it ran).
+        self._slice_end = 0.0
+        self._loop_polled = True
+        self._marker: asyncio.TimerHandle | None = None
+        self._slice_task: asyncio.Task[Any] | None = None
+
+    # -- fairness on the loop --------------------------------------------
+
+    async def _next_slice(self) -> None:
+        """The slice is over: yield once if the same task has held the loop
+        all along (it has not polled since the slice began)."""
+        task = asyncio.current_task()
+        if not self._loop_polled and task is self._slice_task:
+            await asyncio.sleep(0)  # returns after the loop has polled
+        self._slice_task = task
+        self._slice_end = _monotonic() + SLICE_S
+        self._loop_polled = False
+        if self._marker is None:
+            # A timer due at once runs after the loop's next poll, never before.
+            # (One still pending from the slice before, which runs right after
+            # this yield, stands in for it: a monopoly lasts two slices at most.)
+            self._marker = asyncio.get_running_loop().call_at(0, self._polled)
+
+    def _polled(self) -> None:
+        self._marker = None
+        self._loop_polled = True
+
+    def _may_run_inline(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """May a write skip the queue: nothing queued or running, nothing else
+        runnable (our slice marker aside; never where the run queue cannot be
+        seen, as in uvloop)."""
+        if self._writes or self._flush_handle is not None or self._in_txn:
+            return False
+        ready = getattr(loop, "_ready", None)  # asyncio's run queue
+        if ready is None:
+            return False
+        return not ready or (len(ready) == 1 and ready[0] is self._marker)
+
+    def _nothing_else_ready(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Would the loop go straight back to polling? (Our slice marker aside;
+        False where the run queue cannot be seen, as in uvloop.)"""
+        ready = getattr(loop, "_ready", None)  # asyncio's run queue
+        if ready is None:
+            return False
+        return not ready or (len(ready) == 1 and ready[0] is self._marker)
 
     # -- reads -----------------------------------------------------------
 
     async def read(self, sql: str, params: Any) -> list[Any]:
         """A read outside any transaction, retried while the database is busy."""
+        if _monotonic() >= self._slice_end:
+            await self._next_slice()
         policy: BusyPolicy | None = None
         while True:
             if self._in_txn:
@@ -154,17 +257,26 @@ class SqliteEngine:
                 else:
                     self._flush_handle = loop.call_later(RIDE_WINDOW_S, self._flush)
             return await future
-        if not self._writes and self._flush_handle is None and not self._in_txn:
-            ready = getattr(loop, "_ready", None)  # asyncio's run queue (absent in uvloop)
-            if ready is not None and not ready:
-                # Nothing else will run before the loop polls again, so nothing
-                # could join a batch: commit now and skip the round trip.
+        if self._may_run_inline(loop):
+            # Nothing else will run before the loop polls again, so nothing
+            # could join a batch: commit now and skip the round trip.
+            inline = True
+            if _monotonic() >= self._slice_end:
+                await self._next_slice()
+                if self._closing:
+                    raise StoreClosed()
+                inline = self._may_run_inline(loop)
+            turns = self._turns
+            if inline and (turns is None or turns.my_turn()):
                 try:
                     rows = self.conn.execute(sql, params).fetchall()
                 except sqlite3.OperationalError as exc:
                     if not is_busy(exc):
-                        raise  # busy: queue it, the flusher retries
+                        raise
+                    # busy: queue it, the flusher waits for the lock
                 else:
+                    if self._announced:
+                        self._got_lock()
                     self._note_commit()
                     return rows
         future = loop.create_future()
@@ -186,117 +298,229 @@ class SqliteEngine:
 
     def _flush(self) -> None:
         self._flush_handle = None
-        while self._writes and not self._in_txn:
-            if not self._flush_batch():
-                return  # busy (a retry is scheduled) or a commit is in flight
+        self._flushing = True
+        ends = _monotonic() + SLICE_S
+        try:
+            while self._writes and not self._in_txn and self._flush_handle is None:
+                if not self._flush_batch():
+                    break  # waiting for the lock, or for a COMMIT in the committer thread
+                if self._writes and _monotonic() >= ends:
+                    # A flood: let the loop poll between batches.
+                    self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+                    break
+        finally:
+            self._flushing = False
+        if not self._writes and self._write_busy is not None:
+            # Nothing is left to wait for the lock.
+            self._write_busy = None
+            self._stop_waiting()
         self._notify_idle()
 
+    def _next_batch(self) -> list[_Write]:
+        """Up to MAX_BATCH queued writes; a write that must run alone, alone."""
+        writes = self._writes
+        batch: list[_Write] = []
+        while writes and len(batch) < MAX_BATCH:
+            w = writes[0]
+            if w.future.cancelled():
+                writes.popleft()
+                continue
+            if w.alone and batch:
+                break
+            batch.append(writes.popleft())
+            if w.alone:
+                break
+        return batch
+
     def _flush_batch(self) -> bool:
-        """Run up to MAX_BATCH queued writes. True when the queue may be flushed
-        again right away; False when this flush is over: the batch waits on its
-        COMMIT in the committer thread, or on a retry (the database was busy),
-        or it committed here and its gate release flushed what followed."""
-        batch = [self._writes.popleft() for _ in range(min(MAX_BATCH, len(self._writes)))]
-        batch = [w for w in batch if not w.future.cancelled()]
+        """Run one batch of queued writes. True when the queue may be flushed
+        again right away; False when this flush is over: the batch waits for
+        the lock (a retry is scheduled) or for its COMMIT in the committer
+        thread (whose completion flushes what follows)."""
+        batch = self._next_batch()
         if not batch:
             return True
+        policy = self._write_busy
+        if not self._my_turn() and not (policy is not None and policy.spent):
+            return self._wait_for_lock(batch, None)
+        if len(batch) == 1:
+            return self._write_alone(batch[0])
         conn = self.conn
         try:
-            if len(batch) == 1:
-                w = batch[0]
-                try:
-                    rows = conn.execute(w.sql, w.params).fetchall()
-                except sqlite3.Error as exc:
-                    if is_busy(exc):
-                        raise
-                    _settle(w.future, exc=exc)
-                else:
-                    _settle(w.future, rows)
-                    self._note_commit()
-                self._write_busy = None
-                return True
             conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
+        except Exception as exc:
             if is_busy(exc):
-                return self._retry_busy(batch, exc)
+                return self._wait_for_lock(batch, exc)
             for w in batch:
                 _settle(w.future, exc=exc)
             return True
-        self._write_busy = None
+        self._got_lock()
         self._in_txn = True  # the gate stays held until the COMMIT is done
-        outcomes: list[tuple[_Write, Any, BaseException | None]] = []
-        try:
-            for w in batch:
-                try:
-                    outcomes.append((w, conn.execute(w.sql, w.params).fetchall(), None))
-                except sqlite3.Error as exc:
-                    if not conn.in_transaction:
-                        raise  # the statement took the whole transaction down
-                    outcomes.append((w, None, exc))  # only this caller fails
-        except BaseException as exc:
-            _rollback(conn)
-            for w in batch:
-                _settle(w.future, exc=exc)
-            self._release_gate()
-            if not isinstance(exc, Exception):
-                raise
-            return True
-        loop = asyncio.get_running_loop()
-        ready = getattr(loop, "_ready", None)
-        if ready is not None and not ready:
-            # Nothing else is runnable: a hop to the committer thread would only
-            # add its wakeup to the fsync. Commit here.
-            commit: asyncio.Future[Any] = loop.create_future()
+        outcomes: list[Outcome] = []
+        for i, w in enumerate(batch):
             try:
-                conn.execute("COMMIT")
-            except BaseException as exc:
-                commit.set_exception(exc)
-            else:
-                commit.set_result(None)
-            self._committed(commit, batch, outcomes)  # its gate release flushes the rest
-            return False
-        # The COMMIT (the fsync) runs in the committer thread, without the GIL,
-        # while the loop goes on with the rest of its work.
-        pending = loop.run_in_executor(self._committer(), conn.execute, "COMMIT")
-        pending.add_done_callback(lambda f: self._committed(f, batch, outcomes))
-        return False
-
-    def _committed(
-        self,
-        commit: asyncio.Future[Any],
-        batch: list[_Write],
-        outcomes: list[tuple[_Write, Any, BaseException | None]],
-    ) -> None:
-        exc = commit.exception()
-        if exc is not None:
-            _rollback(self.conn)
-            for w in batch:
+                rows = conn.execute(w.sql, w.params).fetchall()
+            except Exception as exc:
+                if conn.in_transaction:
+                    outcomes.append((w, None, exc))  # only this caller fails
+                    continue
+                # It took the transaction down: it fails; the others, rolled
+                # back with it through no fault of theirs, go back to the queue.
                 _settle(w.future, exc=exc)
+                self._requeue(_settle_failed(outcomes) + batch[i + 1 :])
+                self._release_gate()
+                return True
+            except BaseException as exc:  # KeyboardInterrupt and the like: no one is left waiting
+                _rollback(conn)
+                for x in batch:
+                    _settle(x.future, exc=exc)
+                self._release_gate()
+                raise
+            outcomes.append((w, rows, None))
+        return self._commit(outcomes)
+
+    def _write_alone(self, w: _Write) -> bool:
+        """One write, as its own autocommit transaction."""
+        try:
+            rows = self.conn.execute(w.sql, w.params).fetchall()
+        except Exception as exc:
+            if is_busy(exc):
+                return self._wait_for_lock([w], exc)
+            self._got_lock()
+            _settle(w.future, exc=exc)
         else:
-            for w, rows, error in outcomes:
-                _settle(w.future, rows, error)
+            self._got_lock()
+            _settle(w.future, rows)
             self._note_commit()
+        return True
+
+    def _commit(self, outcomes: list[Outcome]) -> bool:
+        loop = asyncio.get_running_loop()
+        if not self._nothing_else_ready(loop):
+            # The COMMIT (the fsync) runs in the committer thread, without the
+            # GIL, while the loop goes on with the rest of its work.
+            try:
+                pending = loop.run_in_executor(self._committer(), self.conn.execute, "COMMIT")
+            except RuntimeError:  # the committer is shut down (the loop is closing): commit here
+                log.debug("committer unavailable", exc_info=True)
+            else:
+                pending.add_done_callback(functools.partial(self._committed, outcomes))
+                return False
+        # Nothing else is runnable: a hop to the committer thread would only
+        # add its wakeup to the fsync. Commit here.
+        try:
+            self.conn.execute("COMMIT")
+        except Exception as exc:
+            self._commit_refused(outcomes, exc)
+        else:
+            self._settle_committed(outcomes)
+        self._release_gate()
+        return self._flush_handle is None
+
+    def _committed(self, outcomes: list[Outcome], commit: asyncio.Future[Any]) -> None:
+        exc = asyncio.CancelledError() if commit.cancelled() else commit.exception()
+        if exc is None:
+            self._settle_committed(outcomes)
+        else:
+            self._commit_refused(outcomes, exc)
         self._release_gate()  # flushes whatever queued meanwhile, inline
+
+    def _settle_committed(self, outcomes: list[Outcome]) -> None:
+        for w, rows, error in outcomes:
+            _settle(w.future, rows, error)
+        self._note_commit()
+
+    def _commit_refused(self, outcomes: list[Outcome], exc: BaseException) -> None:
+        """The batch's COMMIT failed: nothing of it was written."""
+        _rollback(self.conn)
+        if is_busy(exc):  # the lock, not the writes: all of them wait and try again
+            self._wait_for_lock([w for w, _, _ in outcomes], exc)
+            return
+        # Which write the COMMIT refused (a deferred constraint, say) is not
+        # known: each runs again on its own and gets its own outcome.
+        retry = _settle_failed(outcomes)
+        for w in retry:
+            w.alone = True
+        self._requeue(retry)
 
     def _committer(self) -> ThreadPoolExecutor:
         if self._commit_thread is None:
             self._commit_thread = ThreadPoolExecutor(1, thread_name_prefix="cairnq-sqlite-commit")
         return self._commit_thread
 
-    def _retry_busy(self, batch: list[_Write], exc: BaseException) -> bool:
-        self._writes.extendleft(reversed(batch))
+    def _requeue(self, writes: Iterable[_Write]) -> None:
+        self._writes.extendleft(reversed([w for w in writes if not w.future.done()]))
+
+    # -- waiting for the lock ----------------------------------------------
+
+    def _my_turn(self) -> bool:
+        turns = self._turns
+        return turns is None or turns.my_turn()
+
+    def _announce(self) -> None:
+        """Queue up for the lock (once), or tell the queue this waiter still polls."""
+        self._announced = True
+        if self._turns is not None:
+            self._turns.wait()
+
+    def _got_lock(self) -> None:
+        """The lock was ours: the queued writes' wait is over, and this process
+        is out of the queue of waiters (if it waits again, it starts at the back)."""
+        self._write_busy = None
+        self._announced = False
+        if self._turns is not None:
+            self._turns.served()
+
+    def _stop_waiting(self) -> None:
+        """A waiter gave up: leave the queue of waiters if nothing else here waits."""
+        if self._write_busy is None and not self._begins_waiting:
+            self._announced = False
+            if self._turns is not None:
+                self._turns.served()
+
+    def _wait_for_lock(self, batch: list[_Write], exc: BaseException | None) -> bool:
+        """The lock is taken (``exc``: SQLITE_BUSY) or another writer's turn
+        (None): requeue the batch and try again in a moment. When the budget
+        is spent, a last attempt is made regardless of turns; if that finds the
+        lock taken too, the writes that have waited the whole budget fail."""
+        self._requeue(batch)
+        loop = asyncio.get_running_loop()
         if self._write_busy is None:
             self._write_busy = BusyPolicy(self.busy_timeout_ms)
+        self._announce()
         delay = self._write_busy.next_delay()
-        if delay is None:  # budget spent: every queued write fails
-            self._write_busy = None
-            while self._writes:
-                _settle(self._writes.popleft().future, exc=exc)
-            self._notify_idle()
-            return False
-        loop = asyncio.get_running_loop()
+        if delay is None:
+            if exc is None:  # waited for turns only: the last attempt decides
+                self._flush_handle = loop.call_soon(self._flush)
+                return False
+            self._expire(exc)
+            if self._write_busy is None:
+                self._notify_idle()
+                return False
+            delay = self._write_busy.next_delay() or 0.0
         self._flush_handle = loop.call_later(delay, self._flush)
         return False
+
+    def _expire(self, exc: BaseException) -> None:
+        """Fail the queued writes that have waited the whole budget (counted
+        from when the lock was first found taken, or from their own arrival)."""
+        policy = self._write_busy
+        assert policy is not None
+        now, budget = _monotonic(), policy.budget_s
+        kept: deque[_Write] = deque()
+        for w in self._writes:
+            if now - max(policy.started, w.since) >= budget:
+                _settle(w.future, exc=exc)
+            elif not w.future.done():
+                kept.append(w)
+        self._writes = kept
+        if kept:
+            self._write_busy = BusyPolicy(
+                self.busy_timeout_ms, started=min(max(policy.started, w.since) for w in kept)
+            )
+        else:
+            self._write_busy = None
+            self._stop_waiting()
 
     # -- transactions -----------------------------------------------------
 
@@ -312,77 +536,104 @@ class SqliteEngine:
         """
         if self._closing:
             raise StoreClosed()
-        await self._begin()
+        if _monotonic() >= self._slice_end:
+            await self._next_slice()
+        riders: list[Outcome] | None = None
+        while riders is None:  # None: a rider took the transaction down; begin again
+            await self._begin()
+            riders = self._take_riders()
         conn = self.conn
-        riders = self._take_riders()
 
         async def fetch(sql: str, params: Any) -> list[Any]:
             return conn.execute(sql, params).fetchall()
 
         try:
             yield fetch
-            conn.execute("COMMIT")
+            try:
+                conn.execute("COMMIT")
+            except BaseException:
+                for w, _, _ in riders:  # which write the COMMIT refused is not known
+                    w.alone = True
+                raise
         except BaseException:
             _rollback(conn)
-            self._writes.extendleft(reversed([w for w, _, _ in riders]))  # not their fault
+            self._requeue(w for w, _, _ in riders)  # not their fault
             raise
         else:
-            for w, rows, error in riders:
-                _settle(w.future, rows, error)
-            self._note_commit()
+            self._settle_committed(riders)
         finally:
             self._release_gate()
 
-    def _take_riders(self) -> list[tuple[_Write, Any, BaseException | None]]:
-        """Run the queued writes inside the transaction just begun."""
+    def _take_riders(self) -> list[Outcome] | None:
+        """Run the queued writes inside the transaction just begun. None if
+        one of them took the transaction down (it fails; the others are queued
+        again and the gate is released)."""
         if not self._writes:
             return []
-        if self._flush_handle is not None:
+        riders = [w for w in self._writes if not w.alone and not w.future.done()]
+        self._writes = deque(w for w in self._writes if w.alone and not w.future.done())
+        if self._flush_handle is not None and not self._writes:
             self._flush_handle.cancel()  # they are taken care of here
             self._flush_handle = None
-        batch = [w for w in self._writes if not w.future.cancelled()]
-        self._writes.clear()
         conn = self.conn
-        done: list[tuple[_Write, Any, BaseException | None]] = []
-        for i, w in enumerate(batch):
+        done: list[Outcome] = []
+        for i, w in enumerate(riders):
             try:
-                done.append((w, conn.execute(w.sql, w.params).fetchall(), None))
-            except sqlite3.Error as exc:
+                rows = conn.execute(w.sql, w.params).fetchall()
+            except Exception as exc:
                 if conn.in_transaction:
                     done.append((w, None, exc))  # only this caller fails
                     continue
-                # The statement took the transaction down: it fails, the others
-                # (rolled back with it) go back to the queue, and so does the
-                # transaction's own work: the caller sees the error.
                 _settle(w.future, exc=exc)
-                self._writes.extend(x for x, _, _ in done)
-                self._writes.extend(batch[i + 1 :])
+                self._requeue(_settle_failed(done) + riders[i + 1 :])
+                self._release_gate()
+                return None
+            except BaseException:
+                _rollback(conn)
+                self._requeue(riders)
                 self._release_gate()
                 raise
+            done.append((w, rows, None))
         return done
 
     async def _begin(self) -> None:
+        """BEGIN IMMEDIATE with the gate held; waits its turn while others wait
+        for the lock, and polls while the lock is taken, within the budget."""
         policy: BusyPolicy | None = None
         while True:
             if self._in_txn:
                 await self._wait_gate()
                 continue
+            if not self._my_turn() and not (policy is not None and policy.spent):
+                policy = policy or BusyPolicy(self.busy_timeout_ms)
+                await self._wait_turn(policy)
+                continue
             self._in_txn = True
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
-                return
             except sqlite3.OperationalError as exc:
                 self._release_gate()
                 if not is_busy(exc):
                     raise
                 policy = policy or BusyPolicy(self.busy_timeout_ms)
-                delay = policy.next_delay()
-                if delay is None:
+                if policy.spent:
+                    self._stop_waiting()
                     raise
-                await asyncio.sleep(delay)
+                await self._wait_turn(policy)
+                continue
             except BaseException:
                 self._release_gate()
                 raise
+            self._got_lock()
+            return
+
+    async def _wait_turn(self, policy: BusyPolicy) -> None:
+        self._announce()
+        self._begins_waiting += 1
+        try:
+            await asyncio.sleep(policy.next_delay() or 0)
+        finally:
+            self._begins_waiting -= 1
 
     async def _wait_gate(self) -> None:
         while self._in_txn:
@@ -393,8 +644,9 @@ class SqliteEngine:
     def _release_gate(self) -> None:
         self._in_txn = False
         # Writes queued during the transaction go first, inline, so a stream of
-        # transactions cannot starve them.
-        if self._writes and self._flush_handle is None:
+        # transactions cannot starve them (unless a flush is running already:
+        # it goes on by itself).
+        if self._writes and self._flush_handle is None and not self._flushing:
             self._flush()
         while self._gate_waiters:
             waiter = self._gate_waiters.popleft()
@@ -466,11 +718,36 @@ class SqliteEngine:
             await future
         if self._commit_thread is not None:
             self._commit_thread.shutdown(wait=False)
+        if self._turns is not None:
+            self._turns.close()
+            self._turns = None
         self.conn.close()
 
     @property
     def closing(self) -> bool:
         return self._closing
+
+
+def _database_file(conn: sqlite3.Connection) -> str:
+    """The main database's file name ("" for a memory or temporary database)."""
+    try:
+        for _, name, path in conn.execute("pragma database_list").fetchall():
+            if name == "main":
+                return str(path or "")
+    except sqlite3.Error:
+        log.debug("database_list failed", exc_info=True)
+    return ""
+
+
+def _settle_failed(outcomes: list[Outcome]) -> list[_Write]:
+    """Settle the writes that failed on their own; the others, to be run again."""
+    again = []
+    for w, _, error in outcomes:
+        if error is not None:
+            _settle(w.future, exc=error)
+        else:
+            again.append(w)
+    return again
 
 
 def _settle(

@@ -107,13 +107,17 @@ def run_migrations(
     migrations: Sequence[Migration],
 ) -> list[str]:
     """Apply every migration not yet in the ledger, each in its own write
-    transaction. The lock is taken even for applied ones, so processes
-    cold-starting together take turns and each migration runs once."""
+    transaction, where it is looked up again: processes cold-starting
+    together take turns and each migration runs once. Those the ledger
+    already lists are skipped without the write lock, so opening a migrated
+    file never waits on other processes' writes."""
     conn.execute(statements["migrations_ledger"].text)
     applied_sql = statements["migration_applied"].text
     record_sql = statements["record_migration"].text
     applied: list[str] = []
     for migration in migrations:
+        if conn.execute(applied_sql, {"name": migration.name}).fetchall():
+            continue  # a ledger row is never taken back
         conn.execute("BEGIN IMMEDIATE")
         try:
             if not conn.execute(applied_sql, {"name": migration.name}).fetchall():

@@ -1,0 +1,104 @@
+"""Awaiting store calls lets the rest of the loop run, on both dialects.
+
+SQLite statements run inline on the loop and a call that needs no I/O never
+suspends: a coroutine looping over store calls must still let timers,
+heartbeats and other coroutines run. A ticker that wakes at the start of every
+10 ms window counts the windows in which it got to run while another coroutine
+loops over ``get``, ``submit`` or ``list``: it must get at least 90 % of them
+(losing a window takes a hold of the loop of about 10 ms; the engine yields
+after about one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable
+
+import pytest
+
+WINDOW_S = 0.010
+HOG_S = 0.5
+KEPT = 0.9
+
+
+class Ticker:
+    """Wakes near the start of each window and records that it ran in it."""
+
+    def __init__(self) -> None:
+        self.windows: set[int] = set()
+        self.started = 0.0
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.started = loop.time()
+        while True:
+            window = int((loop.time() - self.started) / WINDOW_S)
+            self.windows.add(window)
+            await asyncio.sleep(self.started + (window + 1.1) * WINDOW_S - loop.time())
+
+    def kept(self, until: float) -> float:
+        """The share of whole windows up to ``until`` (loop time) it ran in."""
+        total = int((until - self.started) / WINDOW_S)
+        return len({w for w in self.windows if w < total}) / total
+
+
+async def _hog_the_loop(call: Callable[[], Awaitable[Any]]) -> float:
+    """Loop over ``call`` for HOG_S beside a ticker; the share of windows it kept."""
+    loop = asyncio.get_running_loop()
+    ticker = Ticker()
+    ticking = asyncio.ensure_future(ticker.run())
+    await asyncio.sleep(0)  # the ticker starts
+    calls = 0
+    while loop.time() - ticker.started < HOG_S:
+        await call()
+        calls += 1
+    kept = ticker.kept(loop.time())
+    ticking.cancel()
+    await asyncio.gather(ticking, return_exceptions=True)
+    assert calls > 1
+    return kept
+
+
+@pytest.mark.parametrize("op", ["get", "submit", "list"])
+async def test_a_coroutine_looping_over_store_calls_lets_a_ticker_run(backend: Any, op: str) -> None:
+    q = backend.client()
+    tasks = [await q.submit("seed", {"i": i}) for i in range(20)]
+    call: Callable[[], Awaitable[Any]] = {
+        "get": lambda: q.get(tasks[0].id),
+        "submit": lambda: q.submit("more", {"x": 1}),
+        "list": lambda: q.list(limit=20),
+    }[op]
+    kept = await _hog_the_loop(call)
+    assert kept >= KEPT, f"the ticker ran in {kept:.0%} of its windows while another coroutine awaited {op}"
+
+
+# A handler that submits children in a loop for many lease lengths keeps its
+# lease: the heartbeat loop gets to run. (Fewer on PostgreSQL, where each
+# submit is a round trip: the handler still runs for many leases.)
+CHILDREN = {"sqlite": 50_000, "postgres": 5_000}
+LEASE_MS = 300
+
+
+async def test_a_handler_submitting_in_a_loop_keeps_its_lease(backend: Any) -> None:
+    q = backend.client()
+    # synchronous=normal: no fsync per submit, so the 50k take seconds, not minutes
+    store = backend.store(synchronous="normal") if backend.dialect == "sqlite" else backend.store()
+    worker = backend.worker(store=store, lease_ms=LEASE_MS, poll_interval_ms=20, retry_backoff_ms=0)
+    n = CHILDREN[backend.dialect]
+    lost: list[bool] = []
+
+    @worker.task("parent")
+    async def parent(ctx: Any) -> int:
+        if ctx.attempt > 1:
+            return -1  # its lease ran out the first time: nothing to prove again
+        for i in range(n):
+            await ctx.submit("child", {"i": i}, queue="children")
+        lost.append(ctx.lost_lease)
+        return n
+
+    task = await q.submit("parent")
+    async with worker.background():
+        done = await q.wait(task.id, timeout_ms=600_000, poll_ms=50)
+    assert lost == [False]
+    assert (done.status, done.attempt, done.result) == ("succeeded", 1, n)
+    assert (await q.stats("children"))["children"]["queued"] == n
