@@ -2,6 +2,8 @@
 
     python bench/ab.py --a /path/old-venv/bin/python --b .cache/venv/bin/python \\
         --dialects sqlite,postgres --workloads get,submit_seq,submit_concurrent,drain_c64 --rounds 6
+    python bench/ab.py --a .cache/venv/bin/python --b .cache/venv/bin/python \
+        --workloads drain_c64 --b-options '{"events": "count"}'   # one build, B with a subscriber
 
 Each round runs every workload once under each interpreter (a fresh database
 each time, see ``compare.py``), the order of the two builds alternating from
@@ -31,9 +33,11 @@ def main() -> None:
     p.add_argument("--workloads", default="get,submit_seq,submit_concurrent,drain_c64")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--options", default="{}", help="JSON overrides for bench/workloads.py DEFAULTS")
+    p.add_argument("--b-options", default=None, help="JSON overrides for B only (e.g. the same build with an event subscriber)")
     p.add_argument("--json", default=None)
     o = p.parse_args()
     options = json.loads(o.options)
+    options_for = {"a": options, "b": dict(options, **json.loads(o.b_options)) if o.b_options else options}
     rows = []
     for dialect in o.dialects.split(","):
         for workload in o.workloads.split(","):
@@ -45,7 +49,7 @@ def main() -> None:
                     order.reverse()
                 for who, python in order:
                     with Database(dialect) as target:
-                        out = run_one(python, workload, dialect, target, options)
+                        out = run_one(python, workload, dialect, target, options_for[who])
                     samples[who].append(out["value"])
                     unit = out["unit"]
             a, b = statistics.median(samples["a"]), statistics.median(samples["b"])

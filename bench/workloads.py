@@ -158,6 +158,7 @@ async def _drain(
             async def noop(ctx: Any, payload: Any) -> Any:
                 return {"i": payload["i"]} if distinct else None
 
+        unsubscribe = _subscribe_counter() if o.get("events") == "count" else None
         started = time.perf_counter()
         run = asyncio.ensure_future(worker.run())
         while (await q.stats())["default"]["succeeded"] < n:
@@ -165,7 +166,22 @@ async def _drain(
         elapsed = time.perf_counter() - started
         worker.stop()
         await run
+        if unsubscribe is not None:
+            unsubscribe()
         return {"value": n / elapsed, "unit": "tasks/s"}
+
+
+def _subscribe_counter() -> Any:
+    """One subscriber to every event kind that counts them (the cost of the
+    instrumentation seam with a listener: ``--options '{"events": "count"}'``)."""
+    from cairnq import events
+
+    counts: dict[str, int] = {}
+
+    def count(event: Any) -> None:
+        counts[event.kind] = counts.get(event.kind, 0) + 1
+
+    return events.subscribe(count)
 
 
 async def drain_c8(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,114 @@
+"""Instructions per operation, under valgrind: a cost that does not move with the load.
+
+    python bench/instructions.py --python .cache/venv/bin/python --ops get,submit_seq,drain
+    python bench/instructions.py --ops drain --events count      # with one counting subscriber
+
+Wall-clock A/B on a shared 2-vCPU host moves by ±10 % from run to run; the
+instructions a process executes do not. For each operation the script runs a
+child process twice under ``valgrind --tool=callgrind`` (SQLite, a fresh
+file in a temp directory): once doing ``--n`` operations and once doing
+``--n0``; the difference divided by ``n - n0`` is the cost of one operation,
+set-up and interpreter start-up cancelled out. Timing-driven code (the
+engine's once-a-millisecond checks) runs about 50 times more often per
+operation under valgrind's slowdown, so compare builds with each other, never
+with wall-clock figures. Requires valgrind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+OPS = ("get", "submit_seq", "submit_concurrent", "drain")
+
+
+async def _child(op: str, n: int, path: str, events: str | None) -> None:
+    from cairnq import CairnQ, Worker
+
+    if events == "count":
+        from cairnq import events as seam
+
+        counts: dict[str, int] = {}
+
+        def count(event: Any) -> None:
+            counts[event.kind] = counts.get(event.kind, 0) + 1
+
+        seam.subscribe(count)
+    q = CairnQ.sqlite(path)
+    await q.connect()
+    task = await q.submit("noop", {"i": 0})
+    if op == "get":
+        for _ in range(n):
+            await q.get(task.id)
+    elif op == "submit_seq":
+        for i in range(n):
+            await q.submit("noop", {"i": i})
+    elif op == "submit_concurrent":
+        for start in range(0, n, 64):
+            await asyncio.gather(*(q.submit("noop", {"i": i}) for i in range(start, min(n, start + 64))))
+    elif op == "drain":
+        for start in range(0, n, 64):
+            await asyncio.gather(*(q.submit("noop", {"i": i}) for i in range(start, min(n, start + 64))))
+        worker = Worker(q.store, ["default"], concurrency=64, poll_interval_ms=20)
+
+        @worker.task("noop")
+        async def noop(ctx: Any, payload: Any) -> None:
+            return None
+
+        run = asyncio.ensure_future(worker.run())
+        while (await q.stats())["default"]["succeeded"] < n + 1:
+            await asyncio.sleep(0.01)
+        worker.stop()
+        await run
+    await q.close()
+
+
+def _instructions(python: str, op: str, n: int, events: str | None) -> int:
+    with tempfile.TemporaryDirectory(prefix="cairnq-instr-") as tmp:
+        out = os.path.join(tmp, "callgrind.out")
+        args = [python, "-I", os.path.abspath(__file__), "--child", op, str(n), os.path.join(tmp, "t.db")]
+        if events:
+            args.append(events)
+        proc = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(proc.stderr[-2000:])
+        found = re.search(r"Collected\s*:\s*(\d+)", proc.stderr)
+        if not found:
+            raise RuntimeError(f"no instruction count in valgrind's output:\n{proc.stderr[-2000:]}")
+        return int(found.group(1))
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        op, n, path = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+        events = sys.argv[5] if len(sys.argv) > 5 else None
+        asyncio.run(_child(op, n, path, events))
+        return
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--python", default=sys.executable)
+    p.add_argument("--ops", default=",".join(OPS))
+    p.add_argument("--n", type=int, default=2000)
+    p.add_argument("--n0", type=int, default=200)
+    p.add_argument("--events", choices=["count"], default=None, help="subscribe a counting handler to every event")
+    o = p.parse_args()
+    for op in o.ops.split(","):
+        if op not in OPS:
+            raise SystemExit(f"unknown op {op!r}; known: {', '.join(OPS)}")
+        big = _instructions(o.python, op, o.n, o.events)
+        small = _instructions(o.python, op, o.n0, o.events)
+        print(f"{op:<18} {(big - small) / (o.n - o.n0):>12,.0f} instructions/op", flush=True)
+
+
+if __name__ == "__main__":
+    main()
