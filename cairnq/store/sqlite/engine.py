@@ -62,6 +62,7 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 
 from cairnq.errors import StoreClosed
+from cairnq.store.loop_state import nothing_else_ready
 from cairnq.store.sqlite.turns import HOLD_NS, WriteTurns
 
 log = logging.getLogger("cairnq.store")
@@ -198,21 +199,10 @@ class SqliteEngine:
     def _may_run_inline(self, loop: asyncio.AbstractEventLoop) -> bool:
         """May a write skip the queue: nothing queued or running, nothing else
         runnable (our slice marker aside; never where the run queue cannot be
-        seen, as in uvloop)."""
+        seen, as in uvloop: see loop_state)."""
         if self._writes or self._flush_handle is not None or self._in_txn:
             return False
-        ready = getattr(loop, "_ready", None)  # asyncio's run queue
-        if ready is None:
-            return False
-        return not ready or (len(ready) == 1 and ready[0] is self._marker)
-
-    def _nothing_else_ready(self, loop: asyncio.AbstractEventLoop) -> bool:
-        """Would the loop go straight back to polling? (Our slice marker aside;
-        False where the run queue cannot be seen, as in uvloop.)"""
-        ready = getattr(loop, "_ready", None)  # asyncio's run queue
-        if ready is None:
-            return False
-        return not ready or (len(ready) == 1 and ready[0] is self._marker)
+        return nothing_else_ready(loop, self._marker)
 
     # -- reads -----------------------------------------------------------
 
@@ -396,7 +386,7 @@ class SqliteEngine:
 
     def _commit(self, outcomes: list[Outcome]) -> bool:
         loop = asyncio.get_running_loop()
-        if not self._nothing_else_ready(loop):
+        if not nothing_else_ready(loop, self._marker):
             # The COMMIT (the fsync) runs in the committer thread, without the
             # GIL, while the loop goes on with the rest of its work.
             try:
