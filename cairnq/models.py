@@ -52,8 +52,8 @@ TASK_LAYOUT: tuple[tuple[str, int], ...] = (
 )  # fmt: skip
 TASK_COLUMNS: tuple[str, ...] = tuple(name for name, _ in TASK_LAYOUT)
 TASK_COLUMN_KINDS: tuple[int, ...] = tuple(kind for _, kind in TASK_LAYOUT)
-JSON_COLUMNS: tuple[str, ...] = tuple(name for name, kind in TASK_LAYOUT if kind == KIND_JSON)
-EPOCH_MS_COLUMNS: tuple[str, ...] = tuple(name for name, kind in TASK_LAYOUT if kind == KIND_EPOCH_MS)
+JSON_COLUMNS: tuple[str, ...] = tuple(n for n, kind in TASK_LAYOUT if kind == KIND_JSON)
+EPOCH_MS_COLUMNS: tuple[str, ...] = tuple(n for n, kind in TASK_LAYOUT if kind == KIND_EPOCH_MS)
 
 def is_terminal_status(status: str) -> bool:
     return status in _TERMINAL

@@ -33,9 +33,8 @@ def _run(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
     # -S: no site-packages, hence no editable-install finder; pytest and its
     # dependencies come from PYTHONPATH instead.
     env = {**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"]}
-    return subprocess.run(
-        [sys.executable, "-S", *args], cwd=tree, env=env, capture_output=True, text=True, timeout=120
-    )
+    command = [sys.executable, "-S", *args]
+    return subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=120)
 
 
 def _one_message(proc: subprocess.CompletedProcess[str]) -> str:

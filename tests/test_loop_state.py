@@ -52,7 +52,8 @@ def test_the_default_loop_shows_its_run_queue() -> None:
         seen.append(nothing_else_ready(loop, first))
         return seen
 
-    visible, idle, one_queued, only_ignored, two_queued, two_queued_other, idle_again = _run("asyncio", main)
+    seen = _run("asyncio", main)
+    visible, idle, one_queued, only_ignored, two_queued, two_queued_other, idle_again = seen
     assert visible and idle and idle_again
     assert not one_queued  # something else would run before the loop polls
     assert only_ignored  # the caller's own handle does not count
@@ -105,7 +106,8 @@ def test_writes_commit_on_every_loop(tmp_path: Path, kind: str) -> None:
         engine = _engine(path)
         try:
             await engine.write("insert into t values (0)", ())
-            await asyncio.gather(*(engine.write("insert into t values (?)", (i,)) for i in range(1, 50)))
+            burst = [engine.write("insert into t values (?)", (i,)) for i in range(1, 50)]
+            await asyncio.gather(*burst)
             async with engine.transaction() as run:
                 await run("insert into t values (50)", ())
         finally:
@@ -128,7 +130,8 @@ def test_a_store_works_on_every_loop(backend: Any, kind: str) -> None:
         try:
             store = backend.store()
             lone = await store.submit(name="t", payload={"i": -1})
-            burst = await asyncio.gather(*(store.submit(name="t", payload={"i": i}) for i in range(20)))
+            submits = [store.submit(name="t", payload={"i": i}) for i in range(20)]
+            burst = await asyncio.gather(*submits)
             claimed = await store.claim(queues=["default"], worker_id="w", limit=25, names=["t"])
             await asyncio.gather(
                 *(store.complete(task_id=t.id, worker_id="w", result={"ok": True}) for t in claimed)

@@ -113,7 +113,8 @@ async def test_the_echo_is_the_row_the_database_holds(tmp_path: Path) -> None:
     store = SQLiteStore(str(path))
     try:
         task = await store.submit(
-            name="echo", payload={"x": 1}, queue="q", priority=3, metadata={"m": True}, correlation_id="c"
+            name="echo", payload={"x": 1}, queue="q", priority=3, metadata={"m": True},
+            correlation_id="c",
         )
         again = await store.get(task.id)
     finally:
@@ -159,8 +160,9 @@ def test_a_reformatted_file_keeps_its_fast_path(protocol_copy: Path) -> None:
     _edit(protocol_copy, "postgres", "claim", lambda t: "\n" + t.replace("\n", "\n\n"))
     copied = load_statements("sqlite", protocol_copy)["insert_task"]
     assert "\n" not in copied.text
-    assert copied.echo_row == load_statements("sqlite")["insert_task"].echo_row
-    assert _insert_lists(copied.text) == _insert_lists(load_statements("sqlite")["insert_task"].text)
+    original = load_statements("sqlite")["insert_task"]
+    assert copied.echo_row == original.echo_row
+    assert _insert_lists(copied.text) == _insert_lists(original.text)
     assert row_echo(copied) is not None
     claim = load_statements("postgres", protocol_copy)["claim"]
     assert claim.plan_per_value == PLANNED_PER_VALUE["claim"]
