@@ -26,6 +26,7 @@ __all__ = [
     "EchoColumn",
     "ANNOTATIONS",
     "AnnotationError",
+    "read_annotations",
     "Migration",
     "find_protocol_root",
     "load_statements",
