@@ -8,14 +8,12 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from cairnq._speedups.jsoncodec import loads
+from cairnq.models import EPOCH_MS_COLUMNS as _MS_COLUMNS
+from cairnq.models import JSON_COLUMNS as _JSON_COLUMNS
 from cairnq.models import Task
 
 _new = object.__new__
 _setattr = object.__setattr__
-_MS_COLUMNS = (
-    "lease_until_ms", "run_at_ms", "cancel_requested_at_ms",
-    "created_at_ms", "updated_at_ms", "completed_at_ms",
-)  # fmt: skip
 
 
 def _json(value: Any, json_is_text: bool) -> Any:
@@ -39,7 +37,12 @@ def _real(value: Any) -> Any:
 
 
 def decode_task(row: Any, json_is_text: bool = True) -> Task:
-    """One full cairnq_tasks row, columns in table order, to a Task."""
+    """One full cairnq_tasks row, columns in table order, to a Task.
+
+    The column indices and kinds below are ``models.TASK_LAYOUT`` written
+    out (a dict display is the fastest pure-Python build);
+    tests/test_row_layout.py holds them to it, column by column.
+    """
     task = _new(Task)
     _setattr(
         task,
@@ -83,7 +86,7 @@ def decode_mapping(row: Mapping[str, Any], json_is_text: bool = True) -> Task:
     for name in Task.__dataclass_fields__:
         if name in row:
             fields[name] = row[name]
-    for name in ("payload", "result", "error", "metadata"):
+    for name in _JSON_COLUMNS:
         if name in fields:
             fields[name] = _json(fields[name], json_is_text)
     for name in _MS_COLUMNS:

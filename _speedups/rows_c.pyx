@@ -2,7 +2,8 @@
 """Row decoding, compiled: database rows -> Task objects. Twin of ``rows.py``.
 
 The hot path of every claim and every read: 23 columns per row, four of them
-JSON. The win over the twin is building the Task's instance dict directly (no
+JSON (the layout: ``models.TASK_LAYOUT``, read into C tables at import). The
+win over the twin is building the Task's instance dict directly (no
 23-argument __init__, no per-field setattr) and reading the row through the
 tuple C API.
 """
@@ -12,29 +13,46 @@ from cpython.object cimport PyObject_SetAttr
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 from cairnq._speedups.jsoncodec_c import loads as _loads
+from cairnq.models import EPOCH_MS_COLUMNS, JSON_COLUMNS, TASK_COLUMN_KINDS, TASK_COLUMNS
+from cairnq.models import KIND_EPOCH_MS, KIND_JSON, KIND_REAL
 from cairnq.models import Task as _Task
 
 cdef object _new = object.__new__
 cdef object _setattr = object.__setattr__
-cdef tuple _NAMES = (
-    "id", "name", "queue", "status", "payload", "result", "error", "metadata",
-    "progress", "message", "attempt", "max_attempts", "priority", "worker_id",
-    "lease_until_ms", "run_at_ms", "cancel_requested_at_ms", "parent_id", "root_id",
-    "correlation_id", "created_at_ms", "updated_at_ms", "completed_at_ms",
-)
-# Kind of each column: 0 plain, 1 JSON, 2 epoch-ms bigint, 3 real.
-cdef int _KINDS[23]
-_KINDS[:] = [0, 0, 0, 0, 1, 1, 1, 1, 3, 0, 0, 0, 0, 0, 2, 2, 2, 0, 0, 0, 2, 2, 2]
+
+# The tables the decoder reads, built at import from models.TASK_LAYOUT (the
+# one written copy of the row layout).
+cdef enum:
+    _MAX_COLUMNS = 64
+cdef tuple _NAMES = tuple(TASK_COLUMNS)
+cdef Py_ssize_t _N = len(_NAMES)
+cdef int _JSON = KIND_JSON
+cdef int _EPOCH_MS = KIND_EPOCH_MS
+cdef int _REAL = KIND_REAL
+# Kind of each column, in table order.
+cdef int _KINDS[_MAX_COLUMNS]
 # Columns in the Task's field order (metadata moves up beside payload), so the
 # instance dict is laid out exactly as the dataclass __init__ would lay it out.
-cdef Py_ssize_t _ORDER[23]
-_ORDER[:] = [0, 1, 2, 3, 4, 7, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22]
-cdef object _MS_COLUMNS = (
-    "lease_until_ms", "run_at_ms", "cancel_requested_at_ms",
-    "created_at_ms", "updated_at_ms", "completed_at_ms",
-)
+cdef Py_ssize_t _ORDER[_MAX_COLUMNS]
 cdef object _FIELDS = tuple(_Task.__dataclass_fields__)
+cdef object _MS_COLUMNS = tuple(EPOCH_MS_COLUMNS)
+cdef object _JSON_COLUMNS = tuple(JSON_COLUMNS)
 cdef object _EMPTY_OBJECT = "{}"
+
+
+cdef int _build_tables() except -1:
+    # A RuntimeError, not an ImportError: a layout the kernel cannot hold must
+    # fail the import loudly, never fall back to the pure twin unnoticed.
+    cdef Py_ssize_t i
+    if _N > _MAX_COLUMNS or sorted(_FIELDS) != sorted(_NAMES):
+        raise RuntimeError("models.TASK_LAYOUT does not match the Task fields (or is too long)")
+    for i in range(_N):
+        _KINDS[i] = TASK_COLUMN_KINDS[i]
+        _ORDER[i] = _NAMES.index(_FIELDS[i])
+    return 0
+
+
+_build_tables()
 
 
 cdef inline object _json(object value, bint json_is_text):
@@ -65,17 +83,17 @@ cdef object _decode(object row, bint json_is_text):
     cdef int kind
     if type(row) is not tuple:
         row = tuple(row)  # lists, driver row types: one copy, then the fast path
-    if PyTuple_GET_SIZE(row) < 23:
+    if PyTuple_GET_SIZE(row) < _N:
         raise IndexError("tuple index out of range")  # as the twin's row[i] would
-    for j in range(23):
+    for j in range(_N):
         i = _ORDER[j]
         value = <object>PyTuple_GET_ITEM(row, i)
         kind = _KINDS[i]
-        if kind == 1:
+        if kind == _JSON:
             value = _json(value, json_is_text)
-        elif kind == 2:
+        elif kind == _EPOCH_MS:
             value = _ms(value)
-        elif kind == 3:
+        elif kind == _REAL:
             value = _real(value)
         PyDict_SetItem(fields, <object>PyTuple_GET_ITEM(_NAMES, i), value)
     task = _new(_Task)
@@ -101,7 +119,7 @@ def decode_mapping(row, bint json_is_text=True):
     for name in _FIELDS:
         if name in row:
             fields[name] = row[name]
-    for name in ("payload", "result", "error", "metadata"):
+    for name in _JSON_COLUMNS:
         if name in fields:
             fields[name] = _json(fields[name], json_is_text)
     for name in _MS_COLUMNS:

@@ -70,7 +70,7 @@ def apply_mode(mode: str, dsn: str) -> str:
         option = quote("-c plan_cache_mode=force_custom_plan")
         return dsn + ("&" if "?" in dsn else "?") + f"options={option}"
     statements = load_statements("postgres")
-    unprepared = {positional_statement(statements[n].text)[0] for n in pg_store.PLANNED_PER_CALL}
+    unprepared = {positional_statement(statements[n].text)[0] for n in statements if statements[n].plan_per_value}
     run = pg_pool._Session._run
 
     async def run_unprepared(self: Any, text: str, values: Any, prepare: bool) -> Any:

@@ -8,7 +8,22 @@ twins (``"python"``).
 
 from __future__ import annotations
 
-from cairnq._speedups import IMPLEMENTATION as _IMPLEMENTATION
+try:
+    from cairnq._speedups import IMPLEMENTATION as _IMPLEMENTATION
+except ModuleNotFoundError as _missing:
+    # Imported from a source tree that was never installed: setup.py maps
+    # _speedups/ and protocol/ into the package only when it installs it.
+    if _missing.name != "cairnq._speedups":
+        raise
+    raise ImportError(
+        f"cairnq is not installed: {__path__[0]} is its source tree, where cairnq._speedups "
+        "and cairnq._protocol do not exist (setup.py maps _speedups/ and protocol/ into the "
+        "package when it installs it).\n"
+        "Install it in place once, from the repository root:  pip install -e \".[postgres,test]\"\n"
+        "(then `import cairnq` and `pytest` work from the root; re-run it after editing a .pyx), "
+        "or run the tests on a built wheel:  bash scripts/test.sh",
+        name="cairnq._speedups",
+    ) from None
 from cairnq.backpressure import QueueDepthGate as _QueueDepthGate
 from cairnq.client import CairnQ
 from cairnq.context import TaskContext

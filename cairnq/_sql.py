@@ -6,19 +6,27 @@ Nothing in Python writes SQL; it only picks a file, specializes optional
 filters, and binds parameters (found by a lexer that knows strings and
 comments: never inside one). ``CAIRNQ_PROTOCOL_DIR`` points elsewhere (a
 checkout under test, say).
+
+What the code must know about a statement beyond its text is written in the
+file, on header lines ``-- cairnq: <key> <values...>`` (see ``ANNOTATIONS``),
+and read here once; nothing else reads SQL text to learn its shape.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 __all__ = [
     "Statement",
+    "EchoColumn",
+    "ANNOTATIONS",
+    "AnnotationError",
+    "read_annotations",
     "Migration",
     "find_protocol_root",
     "load_statements",
@@ -195,6 +203,15 @@ def specialize(sql: str, params: Mapping[str, Any]) -> str:
     return _code_sub(_FILTER, rewrite, sql)
 
 
+class EchoColumn(NamedTuple):
+    """One column of an ``echo-row`` annotation: written from the bound
+    parameter ``param``, or (``param`` None) the constant ``value``."""
+
+    column: str
+    param: str | None
+    value: Any = None
+
+
 @dataclass(frozen=True)
 class Statement:
     """One protocol statement, ready to bind."""
@@ -205,6 +222,10 @@ class Statement:
     is_read: bool
     # Optional filters, as (param, column) pairs, that specialize() rewrites per call.
     filters: tuple[tuple[str, str], ...] = ()
+    # From the file's annotations (see ANNOTATIONS); not part of the identity
+    # (nor of the hash that keys the specialize cache).
+    echo_row: tuple[EchoColumn, ...] = field(default=(), compare=False)
+    plan_per_value: tuple[str, ...] = field(default=(), compare=False)
 
     def specialize(self, params: Mapping[str, Any]) -> str:
         """The text with each optional filter made an equality or dropped.
@@ -226,6 +247,111 @@ def _specialized(stmt: Statement, mask: tuple[bool, ...]) -> str:
         return f"{m['col']} = :{m['p']}" if m["p"] in given else "true"
 
     return _code_sub(_FILTER, rewrite, stmt.text)
+
+
+# -- annotations ----------------------------------------------------------------------
+#
+# "-- cairnq: <key> <values...>" on a line of the file's leading comment block
+# (before its first line of code). A long annotation may wrap: the same key on
+# the next lines continues its values. An unknown key, a key of the other
+# dialect, a value that names no parameter of the statement, or an
+# annotation below the first line of code is an error when the statements are
+# loaded: a file cannot lose its fast path silently.
+
+#: Annotation key -> (the dialects it applies to, what it tells the code).
+ANNOTATIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "echo-row": (
+        ("sqlite",),
+        "The insert writes exactly these values, so the store rebuilds the new row from the "
+        "bound parameters instead of asking for RETURNING (which costs SQLite more than the "
+        "insert when writes are batched). One entry per column, in the insert's order: "
+        "`column` (the parameter of that name), `column=:param`, or `column=<constant>` "
+        "(null, an integer, or a 'text' without blanks).",
+    ),
+    "plan-per-value": (
+        ("postgres",),
+        "The best plan depends on how the backlog is spread over these parameters' values "
+        "(queues, names): a generic plan cannot know that one name holds the whole backlog "
+        "and another nothing. Their values are written into the text as literals (escaped, "
+        "by slot: store/postgres/params.py), so each combination gets a prepared statement "
+        "of its own, planned for those values.",
+    ),
+}
+_ANNOTATION = re.compile(r"--\s*cairnq:\s*(?P<key>\S+)(?P<values>.*)")
+_ECHO_ENTRY = re.compile(
+    r"(?P<column>[A-Za-z_]\w*)"
+    r"(?:=(?::(?P<param>[A-Za-z_]\w*)|(?P<null>null)|(?P<int>-?\d+)|'(?P<text>[^'\s]*)'))?",
+    re.IGNORECASE,
+)
+
+
+class AnnotationError(ValueError):
+    """A statement file's ``-- cairnq:`` annotations are wrong."""
+
+
+def read_annotations(sql: str, where: str = "statement") -> dict[str, tuple[str, ...]]:
+    """The ``-- cairnq:`` annotations of a statement file's header, as key ->
+    values (wrapped lines joined). Raises AnnotationError for one below the
+    first line of code."""
+    found: dict[str, list[str]] = {}
+    in_header = True
+    for kind, text in sql_tokens(sql):
+        if kind == CODE and text.strip():
+            in_header = False
+        elif kind == LINE_COMMENT:
+            m = _ANNOTATION.fullmatch(text.rstrip())
+            if m is None:
+                continue
+            if not in_header:
+                raise AnnotationError(f"{where}: annotation below the first line of code: {text!r}")
+            found.setdefault(m["key"], []).extend(m["values"].split())
+        elif kind == QUOTED:
+            in_header = False
+    return {key: tuple(values) for key, values in found.items()}
+
+
+def _annotated(stmt: Statement, raw: str, dialect: str) -> Statement:
+    """``stmt`` with the annotations of its file ``raw``, checked."""
+    where = f"{dialect}/{stmt.name}.sql"
+    found = read_annotations(raw, where)
+    for key, values in found.items():
+        known = ANNOTATIONS.get(key)
+        if known is None:
+            raise AnnotationError(
+                f"{where}: unknown annotation {key!r}; known: {sorted(ANNOTATIONS)}"
+            )
+        if dialect not in known[0]:
+            raise AnnotationError(f"{where}: annotation {key!r} applies to {known[0]} only")
+        if not values:
+            raise AnnotationError(f"{where}: annotation {key!r} has no values")
+    plan = found.get("plan-per-value", ())
+    echo = tuple(_echo_column(entry, where) for entry in found.get("echo-row", ()))
+    named = [*plan, *(c.param for c in echo if c.param is not None)]
+    unknown = [p for p in named if p not in stmt.params]
+    if unknown:
+        raise AnnotationError(f"{where}: annotated {unknown} are not parameters of the statement")
+    for values in (plan, tuple(c.column for c in echo)):
+        if len(set(values)) != len(values):
+            raise AnnotationError(f"{where}: an annotation names the same thing twice: {values}")
+    return replace(stmt, echo_row=echo, plan_per_value=plan)
+
+
+def _echo_column(entry: str, where: str) -> EchoColumn:
+    m = _ECHO_ENTRY.fullmatch(entry)
+    if m is None:
+        raise AnnotationError(
+            f"{where}: echo-row entry {entry!r} is not column, column=:param or column=<constant>"
+        )
+    column = m["column"]
+    if m["param"] is not None:
+        return EchoColumn(column, m["param"])
+    if m["null"] is not None:
+        return EchoColumn(column, None, None)
+    if m["int"] is not None:
+        return EchoColumn(column, None, int(m["int"]))
+    if m["text"] is not None:
+        return EchoColumn(column, None, m["text"])
+    return EchoColumn(column, column)
 
 
 @dataclass(frozen=True)
@@ -277,16 +403,18 @@ def _check_dialect(dialect: str) -> None:
 def _load_statements(root: Path, dialect: str) -> dict[str, Statement]:
     out: dict[str, Statement] = {}
     for path in sorted((root / "sql" / dialect).glob("*.sql")):
-        text = strip_comments(path.read_text(encoding="utf-8"))
+        raw = path.read_text(encoding="utf-8")
+        text = strip_comments(raw)
         params = statement_params(text)
         filters = tuple(dict.fromkeys((m["p"], m["col"]) for m in _filters_in(text)))
-        out[path.stem] = Statement(
+        stmt = Statement(
             name=path.stem,
             text=text,
             params=params,
             is_read=text.lstrip().lower().startswith("select"),
             filters=filters,
         )
+        out[path.stem] = _annotated(stmt, raw, dialect)
     if not out:
         raise FileNotFoundError(f"no {dialect} statements under {root / 'sql' / dialect}")
     return out

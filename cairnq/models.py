@@ -15,6 +15,14 @@ __all__ = [
     "task_name",
     "Task",
     "TASK_COLUMNS",
+    "TASK_LAYOUT",
+    "TASK_COLUMN_KINDS",
+    "JSON_COLUMNS",
+    "EPOCH_MS_COLUMNS",
+    "KIND_PLAIN",
+    "KIND_JSON",
+    "KIND_EPOCH_MS",
+    "KIND_REAL",
 ]
 
 TaskStatus = Literal["queued", "running", "succeeded", "failed", "canceled"]
@@ -22,14 +30,30 @@ STATUSES: tuple[TaskStatus, ...] = ("queued", "running", "succeeded", "failed", 
 TERMINAL: tuple[TaskStatus, ...] = ("succeeded", "failed", "canceled")
 _TERMINAL = frozenset(TERMINAL)
 
-# Column order of cairnq_tasks as created by migration 0001: `select *` and
-# `returning *` yield exactly this, in every SDK's database.
-TASK_COLUMNS: tuple[str, ...] = (
-    "id", "name", "queue", "status", "payload", "result", "error", "metadata",
-    "progress", "message", "attempt", "max_attempts", "priority", "worker_id",
-    "lease_until_ms", "run_at_ms", "cancel_requested_at_ms", "parent_id", "root_id",
-    "correlation_id", "created_at_ms", "updated_at_ms", "completed_at_ms",
+# How a column of cairnq_tasks reads back: as stored; JSON (text in SQLite,
+# jsonb in PostgreSQL); an epoch-milliseconds integer (some drivers hand a
+# bigint back as str); a real (SQLite hands a whole-valued REAL back as int).
+KIND_PLAIN, KIND_JSON, KIND_EPOCH_MS, KIND_REAL = 0, 1, 2, 3
+
+# The row layout, written once: cairnq_tasks' columns in the order migration
+# 0001 creates them (`select *` and `returning *` yield exactly this, in every
+# SDK's database), each with its kind. The row kernels (_speedups/rows*.py*)
+# and the echo of an insert derive from it; tests/test_row_layout.py holds it
+# to both dialects' migrated tables.
+TASK_LAYOUT: tuple[tuple[str, int], ...] = (
+    ("id", KIND_PLAIN), ("name", KIND_PLAIN), ("queue", KIND_PLAIN), ("status", KIND_PLAIN),
+    ("payload", KIND_JSON), ("result", KIND_JSON), ("error", KIND_JSON),
+    ("metadata", KIND_JSON), ("progress", KIND_REAL), ("message", KIND_PLAIN),
+    ("attempt", KIND_PLAIN), ("max_attempts", KIND_PLAIN), ("priority", KIND_PLAIN),
+    ("worker_id", KIND_PLAIN), ("lease_until_ms", KIND_EPOCH_MS), ("run_at_ms", KIND_EPOCH_MS),
+    ("cancel_requested_at_ms", KIND_EPOCH_MS), ("parent_id", KIND_PLAIN), ("root_id", KIND_PLAIN),
+    ("correlation_id", KIND_PLAIN), ("created_at_ms", KIND_EPOCH_MS),
+    ("updated_at_ms", KIND_EPOCH_MS), ("completed_at_ms", KIND_EPOCH_MS),
 )  # fmt: skip
+TASK_COLUMNS: tuple[str, ...] = tuple(name for name, _ in TASK_LAYOUT)
+TASK_COLUMN_KINDS: tuple[int, ...] = tuple(kind for _, kind in TASK_LAYOUT)
+JSON_COLUMNS: tuple[str, ...] = tuple(n for n, kind in TASK_LAYOUT if kind == KIND_JSON)
+EPOCH_MS_COLUMNS: tuple[str, ...] = tuple(n for n, kind in TASK_LAYOUT if kind == KIND_EPOCH_MS)
 
 def is_terminal_status(status: str) -> bool:
     return status in _TERMINAL

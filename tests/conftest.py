@@ -21,6 +21,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+try:  # a source tree that was never installed: stop with cairnq's one message
+    import cairnq  # noqa: F401
+except ImportError as _not_installed:
+    if _not_installed.name != "cairnq._speedups":
+        raise
+    sys.stderr.write(f"{_not_installed}\n")  # the message alone, not a conftest traceback
+    raise SystemExit(pytest.ExitCode.USAGE_ERROR)
+
 from backends import DIALECTS, Backend, make_backend  # noqa: E402
 
 if os.environ.get("CAIRNQ_TEST_INSTALLED"):  # scripts/test.sh: prove we test the wheel

@@ -14,6 +14,7 @@ import logging
 from collections import deque
 from typing import Any, Awaitable, Callable, Sequence
 
+from cairnq.store.loop_state import nothing_else_ready
 from cairnq.store.postgres.rows import rows_of
 
 log = logging.getLogger("cairnq.store")
@@ -35,8 +36,7 @@ class PgWriteBatcher:
     async def write(self, text: str, values: list[Any]) -> list[Any]:
         loop = asyncio.get_running_loop()
         if self._flusher is None and not self._queue:
-            ready = getattr(loop, "_ready", None)
-            if ready is not None and not ready:
+            if nothing_else_ready(loop):
                 return await self._rows(text, values)  # nothing could join a batch
         future: asyncio.Future[list[Any]] = loop.create_future()
         self._queue.append((text, values, future))

@@ -28,31 +28,6 @@ log = logging.getLogger("cairnq.store")
 __all__ = ["PostgresStore"]
 
 
-# Statements whose best plan depends on the data (how the backlog is spread
-# over names and queues). A generic plan (what a prepared statement settles on
-# after a few runs) cannot know that one name holds the whole backlog and
-# another holds nothing, and walks the backlog for the latter; planning on
-# every call costs more than the statement itself. So their queue and name
-# values are written into the statement text as literals (see params.py: by
-# slot, escaped, never re-scanned): each (queue, name) combination a worker
-# polls gets a prepared statement of its own, planned for those values, and
-# replanned by the server whenever the table's statistics change.
-PLANNED_PER_CALL = frozenset(
-    (
-        "claimable_probe",
-        "claimable_probe_any_name",
-        "claimable_probe_one_queue_one_name",
-        "claim",
-        "claim_any_name",
-        "claim_one_name",
-        "claim_one_queue",
-        "claim_one_queue_any_name",
-        "claim_one_queue_one_name",
-    )
-)
-
-
-_SELECTIVE = ("queues", "names", "queue", "name")
 _MAX_BOUND_TEXTS = 4_096  # bound per value combination; callers could pass anything
 
 
@@ -94,11 +69,8 @@ class PostgresStore(TaskStore):
         self.schema = schema
         self._statements = load_statements("postgres")
         self._positional: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
-        # PLANNED_PER_CALL texts, by (statement, its queue and name values).
-        self._selective = {
-            name: tuple(p for p in _SELECTIVE if p in self._statements[name].params)
-            for name in PLANNED_PER_CALL
-        }
+        # Statements annotated plan-per-value (see cairnq._sql.ANNOTATIONS): those values.
+        self._selective = {n: s.plan_per_value for n, s in self._statements.items() if s.plan_per_value}
         self._with_literals: dict[tuple[Any, ...], tuple[str, tuple[str, ...]]] = {}
         self._executor: Any = None
         self._owns_executor = isinstance(source, str)
@@ -234,7 +206,7 @@ class PostgresStore(TaskStore):
 
     def _bind(self, name: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
         stmt = self._statements[name]
-        if name in PLANNED_PER_CALL:
+        if name in self._selective:
             return self._bind_with_literals(stmt, params)
         sql = stmt.specialize(params) if stmt.filters else None
         text, names = self._positional_for(name, sql)

@@ -62,6 +62,7 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 
 from cairnq.errors import StoreClosed
+from cairnq.store.loop_state import nothing_else_ready
 from cairnq.store.sqlite.turns import HOLD_NS, WriteTurns
 
 log = logging.getLogger("cairnq.store")
@@ -198,21 +199,10 @@ class SqliteEngine:
     def _may_run_inline(self, loop: asyncio.AbstractEventLoop) -> bool:
         """May a write skip the queue: nothing queued or running, nothing else
         runnable (our slice marker aside; never where the run queue cannot be
-        seen, as in uvloop)."""
+        seen, as in uvloop: see loop_state)."""
         if self._writes or self._flush_handle is not None or self._in_txn:
             return False
-        ready = getattr(loop, "_ready", None)  # asyncio's run queue
-        if ready is None:
-            return False
-        return not ready or (len(ready) == 1 and ready[0] is self._marker)
-
-    def _nothing_else_ready(self, loop: asyncio.AbstractEventLoop) -> bool:
-        """Would the loop go straight back to polling? (Our slice marker aside;
-        False where the run queue cannot be seen, as in uvloop.)"""
-        ready = getattr(loop, "_ready", None)  # asyncio's run queue
-        if ready is None:
-            return False
-        return not ready or (len(ready) == 1 and ready[0] is self._marker)
+        return nothing_else_ready(loop, self._marker)
 
     # -- reads -----------------------------------------------------------
 
@@ -340,22 +330,45 @@ class SqliteEngine:
         batch = self._next_batch()
         if not batch:
             return True
-        policy = self._write_busy
-        if not self._my_turn() and not (policy is not None and policy.spent):
+        if not self._may_write_now():
             return self._wait_for_lock(batch, None)
         if len(batch) == 1:
             return self._write_alone(batch[0])
-        conn = self.conn
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            self.conn.execute("BEGIN IMMEDIATE")
         except Exception as exc:
-            if is_busy(exc):
-                return self._wait_for_lock(batch, exc)
-            for w in batch:
-                _settle(w.future, exc=exc)
-            return True
+            return self._begin_refused(batch, exc)
         self._got_lock()
         self._in_txn = True  # the gate stays held until the COMMIT is done
+        outcomes = self._run_batch(batch)
+        if outcomes is None:
+            return True  # a write took the transaction down; the batch is settled or queued
+        return self._commit(outcomes)
+
+    def _may_write_now(self) -> bool:
+        """Our turn at the lock, or the wait is over: when the budget is
+        spent, a last attempt is made regardless of turns."""
+        if self._my_turn():
+            return True
+        policy = self._write_busy
+        return policy is not None and policy.spent
+
+    def _begin_refused(self, batch: list[_Write], exc: Exception) -> bool:
+        """BEGIN IMMEDIATE failed: the lock is taken (wait, and try again) or
+        the connection refuses (the whole batch fails). As _flush_batch."""
+        if is_busy(exc):
+            return self._wait_for_lock(batch, exc)
+        for w in batch:
+            _settle(w.future, exc=exc)
+        return True
+
+    def _run_batch(self, batch: list[_Write]) -> list[Outcome] | None:
+        """Each write of ``batch`` in the transaction just begun, its rows or
+        its error kept for the COMMIT to settle. A write that fails alone
+        fails only its caller. None when one took the whole transaction down:
+        it failed, the others (rolled back through no fault of theirs) are
+        queued again, and the gate is released."""
+        conn = self.conn
         outcomes: list[Outcome] = []
         for i, w in enumerate(batch):
             try:
@@ -364,12 +377,10 @@ class SqliteEngine:
                 if conn.in_transaction:
                     outcomes.append((w, None, exc))  # only this caller fails
                     continue
-                # It took the transaction down: it fails; the others, rolled
-                # back with it through no fault of theirs, go back to the queue.
                 _settle(w.future, exc=exc)
                 self._requeue(_settle_failed(outcomes) + batch[i + 1 :])
                 self._release_gate()
-                return True
+                return None
             except BaseException as exc:  # KeyboardInterrupt and the like: no one is left waiting
                 _rollback(conn)
                 for x in batch:
@@ -377,7 +388,7 @@ class SqliteEngine:
                 self._release_gate()
                 raise
             outcomes.append((w, rows, None))
-        return self._commit(outcomes)
+        return outcomes
 
     def _write_alone(self, w: _Write) -> bool:
         """One write, as its own autocommit transaction."""
@@ -396,7 +407,7 @@ class SqliteEngine:
 
     def _commit(self, outcomes: list[Outcome]) -> bool:
         loop = asyncio.get_running_loop()
-        if not self._nothing_else_ready(loop):
+        if not nothing_else_ready(loop, self._marker):
             # The COMMIT (the fsync) runs in the committer thread, without the
             # GIL, while the loop goes on with the rest of its work.
             try:

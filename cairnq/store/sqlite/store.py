@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import time
 from operator import itemgetter
 from contextlib import asynccontextmanager
@@ -15,8 +14,8 @@ from cairnq._ids import now_ms
 from cairnq._sql import Statement, load_migrations, load_statements
 from cairnq._speedups import dumps, encode_ids
 from cairnq.errors import DatabaseReplaced, StoreClosed
-from cairnq.models import TASK_COLUMNS
 from cairnq.store.base import Fetch, TaskStore
+from cairnq.store.sqlite.echo import row_echo
 from cairnq.store.sqlite.engine import SqliteEngine
 from cairnq.store.sqlite.opening import (
     SYNCHRONOUS_MODES,
@@ -52,7 +51,6 @@ _LISTS = frozenset(("queues", "names", "ids"))
 _JSON_LISTS = frozenset(("results",))  # of JSON texts or None: strings and nulls
 
 Binder = Callable[[dict[str, Any]], dict[str, Any]]
-Echo = Callable[[dict[str, Any]], tuple[Any, ...]]
 
 
 def _make_binder(stmt: Statement) -> Binder:
@@ -86,49 +84,6 @@ def _make_binder(stmt: Statement) -> Binder:
     return bind
 
 
-_INSERT = re.compile(
-    r"^\s*insert\s+into\s+cairnq_tasks\s*\((?P<cols>[^)]*)\)\s*values\s*\((?P<vals>.*)\)\s*$",
-    re.IGNORECASE | re.DOTALL,
-)
-_LITERALS = {"null": None, "'queued'": "queued", "0": 0}
-
-
-def _insert_echo(stmt: Statement) -> Echo | None:
-    """For an insert into cairnq_tasks that names every column and has no
-    RETURNING: a function rebuilding the inserted row (table order) from the
-    bound parameters. None for any other statement."""
-    m = _INSERT.match(stmt.text)
-    if m is None:
-        return None
-    cols = [c.strip() for c in m["cols"].split(",")]
-    vals = [v.strip() for v in m["vals"].split(",")]
-    if sorted(cols) != sorted(TASK_COLUMNS) or len(vals) != len(cols):
-        return None
-    by_column = dict(zip(cols, vals))
-    template: list[Any] = []
-    slots: list[int] = []
-    params: list[str] = []
-    for i, column in enumerate(TASK_COLUMNS):
-        value = by_column[column]
-        if value.startswith(":"):
-            template.append(None)
-            slots.append(i)
-            params.append(value[1:])
-        elif value.lower() in _LITERALS:
-            template.append(_LITERALS[value.lower()])
-        else:
-            return None  # an expression: the row cannot be known without reading it
-    pick = itemgetter(*params)
-
-    def echo(bound: dict[str, Any]) -> tuple[Any, ...]:
-        row = template.copy()
-        for i, v in zip(slots, pick(bound)):
-            row[i] = v
-        return tuple(row)
-
-    return echo
-
-
 class SQLiteStore(TaskStore):
     """Tasks in a SQLite file (or ``":memory:"``).
 
@@ -155,7 +110,7 @@ class SQLiteStore(TaskStore):
         self._echoes = {
             name: echo
             for name, s in self._statements.items()
-            if (echo := _insert_echo(s)) is not None
+            if (echo := row_echo(s)) is not None
         }
         self._engine: SqliteEngine | None = None
         self._connect_lock: asyncio.Lock | None = None

@@ -1,3 +1,4 @@
+-- cairnq: plan-per-value queues names
 -- Draw up to :limit due tasks for several :queues and several :names: every
 -- (queue, name) pair contributes its best :limit candidates (LATERAL, an
 -- ordered scan of cairnq_tasks_claim_name_idx) and the merge keeps the

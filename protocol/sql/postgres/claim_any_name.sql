@@ -1,3 +1,4 @@
+-- cairnq: plan-per-value queues
 -- Draw up to :limit due tasks of any name from several :queues: each queue
 -- contributes its best :limit candidates (LATERAL, an ordered scan of
 -- cairnq_tasks_claim_idx) and the merge keeps the overall best.

@@ -1,3 +1,4 @@
+-- cairnq: plan-per-value queues name
 -- Draw up to :limit due tasks of one name from several :queues: each queue
 -- contributes its best :limit candidates (LATERAL, an ordered scan of
 -- cairnq_tasks_claim_name_idx) and the merge keeps the overall best.

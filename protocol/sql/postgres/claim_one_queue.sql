@@ -1,3 +1,4 @@
+-- cairnq: plan-per-value names queue
 -- Draw up to :limit due tasks of one queue whose name is in :names (two or
 -- more). An array-valued name filter cannot be read in claim order from any
 -- index, so each name takes its own best :limit rows (LATERAL, an ordered

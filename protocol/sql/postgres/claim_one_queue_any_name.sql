@@ -1,3 +1,4 @@
+-- cairnq: plan-per-value queue
 -- Draw up to :limit due tasks of one queue, any name, in claim order: an
 -- ordered scan of cairnq_tasks_claim_idx that stops after :limit due rows.
 --

@@ -1,3 +1,4 @@
+-- cairnq: plan-per-value queue name
 -- Draw up to :limit due tasks of one queue and one name, in claim order
 -- (priority desc, run_at_ms, id): an ordered scan of cairnq_tasks_claim_name_idx
 -- that stops after :limit rows. SKIP LOCKED lets concurrent claimers take

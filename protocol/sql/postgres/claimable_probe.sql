@@ -1,3 +1,4 @@
+-- cairnq: plan-per-value queues names
 -- Is a claim worth a transaction? "due": a task of one of :queues and :names is
 -- due; "expired": a lease anywhere has expired (not filtered: recovering a dead
 -- worker's tasks is every claimer's job). Either opens the transaction;

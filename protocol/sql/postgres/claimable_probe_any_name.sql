@@ -1,3 +1,4 @@
+-- cairnq: plan-per-value queues
 -- claimable_probe for a caller that takes any task name (planned per call, as
 -- claimable_probe).
 select exists (

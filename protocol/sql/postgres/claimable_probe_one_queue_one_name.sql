@@ -1,3 +1,4 @@
+-- cairnq: plan-per-value queue name
 -- claimable_probe for the commonest caller: one queue, one name. Plain
 -- equalities: the planner seeks an index on the name whether or not the
 -- table has statistics yet (an array-valued filter is planned badly without).

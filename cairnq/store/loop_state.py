@@ -1,0 +1,37 @@
+"""Would the event loop go straight back to polling? The group-commit test.
+
+Both write paths (the SQLite engine, the PostgreSQL batcher) hold a write
+back for one loop turn so that the writes issued in the same turn share one
+commit. When nothing else is runnable, nothing could join the batch: the
+write may commit at once, inline, and skip the turn.
+
+Only asyncio's own loops (``BaseEventLoop``: the default selector loop, the
+proactor) let us see the run queue, through their private ``_ready`` deque;
+it is read here and nowhere else. Fallback: on a loop without it (uvloop, or
+any other implementation) the answer is always "something may be ready", so
+every write takes the batched path: still correct and group-committed, one
+loop turn later for a lone write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+__all__ = ["nothing_else_ready", "can_see_run_queue"]
+
+
+def can_see_run_queue(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop`` shows its run queue (else nothing_else_ready is
+    always False on it)."""
+    return getattr(loop, "_ready", None) is not None
+
+
+def nothing_else_ready(loop: asyncio.AbstractEventLoop, ignore: Any = None) -> bool:
+    """True when no callback but ``ignore`` (a handle of the caller's own,
+    if any) waits in ``loop``'s run queue: the loop would poll next. False
+    when the run queue holds something else, or cannot be seen."""
+    ready = getattr(loop, "_ready", None)  # asyncio's run queue (a deque)
+    if ready is None:
+        return False
+    return not ready or (ignore is not None and len(ready) == 1 and ready[0] is ignore)

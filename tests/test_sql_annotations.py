@@ -1,0 +1,202 @@
+"""Statement files carry their own shape (``-- cairnq:`` header annotations).
+
+A file reformatted, or an annotation dropped or mistyped, must either keep
+its fast path or fail here (or at load, loudly): never lose it silently. The
+sets below are pinned on purpose: changing one is a decision, made here.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cairnq._sql import (
+    ANNOTATIONS,
+    CODE,
+    QUOTED,
+    AnnotationError,
+    EchoColumn,
+    find_protocol_root,
+    load_statements,
+    read_annotations,
+    sql_tokens,
+)
+from cairnq.models import TASK_COLUMNS
+from cairnq.store.sqlite.echo import row_echo
+from cairnq.store.sqlite.store import SQLiteStore
+
+# Planned for their queue and name values on PostgreSQL (see the ANNOTATIONS
+# entry): the statements and the parameters written in as literals.
+PLANNED_PER_VALUE = {
+    "claim": ("queues", "names"),
+    "claim_any_name": ("queues",),
+    "claim_one_name": ("queues", "name"),
+    "claim_one_queue": ("names", "queue"),
+    "claim_one_queue_any_name": ("queue",),
+    "claim_one_queue_one_name": ("queue", "name"),
+    "claimable_probe": ("queues", "names"),
+    "claimable_probe_any_name": ("queues",),
+    "claimable_probe_one_queue_one_name": ("queue", "name"),
+}
+# The text-valued parameters params.selective_literal knows how to write.
+LITERAL_PARAMS = {"queues", "names", "queue", "name"}
+# SQLite inserts whose row is rebuilt from the bound values.
+ECHOED = {"insert_task"}
+
+
+def _annotated(dialect: str, field: str) -> dict[str, Any]:
+    return {n: getattr(s, field) for n, s in load_statements(dialect).items() if getattr(s, field)}
+
+
+def test_the_statements_planned_per_value_are_pinned() -> None:
+    assert _annotated("postgres", "plan_per_value") == PLANNED_PER_VALUE
+    assert _annotated("sqlite", "plan_per_value") == {}
+
+
+def test_every_value_planned_per_value_is_a_text_parameter_of_its_statement() -> None:
+    statements = load_statements("postgres")
+    for name, params in PLANNED_PER_VALUE.items():
+        assert set(params) <= set(statements[name].params), name
+        assert set(params) <= LITERAL_PARAMS, name
+
+
+def test_the_echoed_inserts_are_pinned() -> None:
+    assert set(_annotated("sqlite", "echo_row")) == ECHOED
+    assert _annotated("postgres", "echo_row") == {}
+
+
+def _insert_lists(text: str) -> tuple[list[str], list[str]]:
+    """(columns, values) of ``insert into t (...) values (...)`` as the lexer
+    reads it: words and quoted strings, commas and parentheses."""
+    items: list[str] = []
+    for kind, piece in sql_tokens(text):
+        if kind == CODE:
+            items += re.findall(r":?\w+|[(),]", piece)
+        elif kind == QUOTED:
+            items.append(piece)
+    lowered = [item.lower() for item in items]
+    assert lowered[:3] == ["insert", "into", "cairnq_tasks"], text
+    close = items.index(")")
+    columns = items[4:close]
+    assert lowered[close + 1 : close + 3] == ["values", "("], text
+    values = items[close + 3 :]
+    assert values[-1] == ")", "an echoed insert returns nothing and ends with its values"
+    return [c for c in columns if c != ","], [v for v in values[:-1] if v != ","]
+
+
+def _as_sql(entry: EchoColumn) -> str:
+    if entry.param is not None:
+        return ":" + entry.param
+    if entry.value is None:
+        return "null"
+    return f"'{entry.value}'" if isinstance(entry.value, str) else str(entry.value)
+
+
+@pytest.mark.parametrize("name", sorted(ECHOED))
+def test_echo_row_is_the_inserts_column_and_value_lists(name: str) -> None:
+    stmt = load_statements("sqlite")[name]
+    columns, values = _insert_lists(stmt.text)
+    assert [c.column for c in stmt.echo_row] == columns
+    assert [_as_sql(c) for c in stmt.echo_row] == [v.lower() for v in values]
+    assert sorted(columns) == sorted(TASK_COLUMNS)
+
+
+async def test_the_echo_is_the_row_the_database_holds(tmp_path: Path) -> None:
+    """On a real file: what the store returns for an echoed insert (no
+    RETURNING) is what ``select *`` reads back, column for column."""
+    path = tmp_path / "echo.db"
+    store = SQLiteStore(str(path))
+    try:
+        task = await store.submit(
+            name="echo", payload={"x": 1}, queue="q", priority=3, metadata={"m": True},
+            correlation_id="c",
+        )
+        again = await store.get(task.id)
+    finally:
+        await store.close()
+    assert task == again
+    conn = sqlite3.connect(path)
+    try:
+        row = conn.execute("select * from cairnq_tasks where id = ?", (task.id,)).fetchone()
+    finally:
+        conn.close()
+    stmt = load_statements("sqlite")["insert_task"]
+    echo = row_echo(stmt)
+    assert echo is not None
+    bound = {c.param: row[TASK_COLUMNS.index(c.column)] for c in stmt.echo_row if c.param}
+    assert echo(bound) == row
+
+
+# -- a reformatted or mis-annotated file ----------------------------------------------------
+
+
+@pytest.fixture
+def protocol_copy(tmp_path: Path) -> Path:
+    root = tmp_path / "protocol"
+    shutil.copytree(find_protocol_root(), root, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def _edit(root: Path, dialect: str, name: str, edit: Any) -> None:
+    path = root / "sql" / dialect / f"{name}.sql"
+    path.write_text(edit(path.read_text(encoding="utf-8")), encoding="utf-8")
+
+
+def _one_line(text: str) -> str:
+    """The code below the header on one line, blanks collapsed."""
+    lines = text.splitlines(keepends=True)
+    header = "".join(line for line in lines if line.startswith("--"))
+    code = " ".join("".join(line for line in lines if not line.startswith("--")).split())
+    return header + code + "\n"
+
+
+def test_a_reformatted_file_keeps_its_fast_path(protocol_copy: Path) -> None:
+    _edit(protocol_copy, "sqlite", "insert_task", _one_line)
+    _edit(protocol_copy, "postgres", "claim", lambda t: "\n" + t.replace("\n", "\n\n"))
+    copied = load_statements("sqlite", protocol_copy)["insert_task"]
+    assert "\n" not in copied.text
+    original = load_statements("sqlite")["insert_task"]
+    assert copied.echo_row == original.echo_row
+    assert _insert_lists(copied.text) == _insert_lists(original.text)
+    assert row_echo(copied) is not None
+    claim = load_statements("postgres", protocol_copy)["claim"]
+    assert claim.plan_per_value == PLANNED_PER_VALUE["claim"]
+
+
+@pytest.mark.parametrize(
+    "dialect, name, edit, message",
+    [
+        ("postgres", "claim", lambda t: t.replace("plan-per-value", "plan-per-valu"), "unknown annotation"),
+        ("postgres", "claim", lambda t: t.replace("plan-per-value queues", "plan-per-value queue"), "not parameters"),
+        ("postgres", "claim", lambda t: t.replace("plan-per-value queues names", "plan-per-value"), "no values"),
+        ("sqlite", "claim", lambda t: "-- cairnq: plan-per-value queues\n" + t, "applies to"),
+        ("postgres", "insert_task", lambda t: "-- cairnq: echo-row id\n" + t, "applies to"),
+        ("sqlite", "insert_task", lambda t: t.replace("attempt=0", "attempt=0+1"), "echo-row entry"),
+        ("sqlite", "insert_task", lambda t: t.replace("root_id correlation_id", "root_id root_id"), "twice"),
+        ("sqlite", "get", lambda t: t + "\n-- cairnq: echo-row id\n", "below the first line of code"),
+    ],
+)  # fmt: skip
+def test_a_wrong_annotation_fails_at_load(
+    protocol_copy: Path, dialect: str, name: str, edit: Any, message: str
+) -> None:
+    _edit(protocol_copy, dialect, name, edit)
+    with pytest.raises(AnnotationError, match=message):
+        load_statements(dialect, protocol_copy)
+
+
+def test_an_echo_row_missing_a_column_is_refused(protocol_copy: Path) -> None:
+    _edit(protocol_copy, "sqlite", "insert_task", lambda t: t.replace(" completed_at_ms=null", ""))
+    stmt = load_statements("sqlite", protocol_copy)["insert_task"]
+    with pytest.raises(AnnotationError, match="not the columns of cairnq_tasks"):
+        row_echo(stmt)
+
+
+def test_annotations_are_read_from_comments_only() -> None:
+    text = "-- cairnq: plan-per-value a\n-- see cairnq: x\nselect '-- cairnq: echo-row x' as t"
+    assert read_annotations(text) == {"plan-per-value": ("a",)}
+    assert set(ANNOTATIONS) == {"echo-row", "plan-per-value"}
