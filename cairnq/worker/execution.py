@@ -21,11 +21,23 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
+from cairnq import events
 from cairnq._backoff import fail_delay_ms
-from cairnq.context import TaskContext
+from cairnq.context import (
+    RUN_TIMED,
+    TaskContext,
+    mark_abandoned,
+    mark_completed,
+    mark_failed,
+    mark_lease_lost,
+    mark_settled,
+    mark_started,
+    report_lease_gone,
+)
 from cairnq.errors import (
     LostLease,
     SerializationError,
@@ -39,6 +51,11 @@ from cairnq.worker.store_port import StorePort
 __all__ = ["Settings", "run_call", "no_handler"]
 
 Report = Callable[[BaseException, dict[str, Any]], None]
+
+_BATCH_SETTLED = events.channel("batch.settled")
+_LEASE_LOST = events.channel("task.lease_lost")
+_clock = time.perf_counter
+_new_tuple = tuple.__new__
 
 
 @dataclass(frozen=True)
@@ -63,6 +80,7 @@ async def run_call(
     """Run the handler for ``contexts`` and settle every task it left unsettled.
     ``returned()`` is called as soon as the handler is done, before settling:
     the call no longer counts against the worker's concurrency from there."""
+    started = mark_started(contexts) if RUN_TIMED.on else None
     try:
         if settings.max_run_ms is None and reg.is_async and reg.style != "batch":
             ctx = contexts[0]  # the common shape, without the general path's frames
@@ -70,12 +88,16 @@ async def run_call(
         else:
             outcome = await _invoke(settings, reg, contexts)
         raised: Optional[BaseException] = None
-    except LostLease:
+    except LostLease as exc:
         returned()
+        if _LEASE_LOST.on or _BATCH_SETTLED.on:
+            _report_dropped(reg, contexts, started, exc)
         return  # we no longer own these tasks: write nothing
     except Exception as exc:  # the handler failed: settled below
         outcome, raised = None, exc
     returned()
+    if started is not None and reg.style == "batch" and _BATCH_SETTLED.on:
+        _report_batch(settings, reg, contexts, started, raised, outcome)
     if raised is None and reg.style != "batch" and outcome is not _Timeout:
         ctx = contexts[0]
         if not ctx.settled:
@@ -101,7 +123,7 @@ async def _invoke(settings: Settings, reg: Registration, contexts: list[TaskCont
     # first so its writes are refused locally, then abandon it (a thread running
     # a plain-def handler cannot be stopped; only its result is ignored).
     for ctx in contexts:
-        ctx._mark_lease_lost()
+        mark_abandoned(ctx)
     handler.cancel()
     handler.add_done_callback(_consume)
     return _Timeout
@@ -159,6 +181,39 @@ async def _settle(
         await _each(settings, leftovers, lambda ctx: _complete(settings, ctx, outcome))
 
 
+def _report_dropped(
+    reg: Registration, contexts: list[TaskContext], started: Optional[float], exc: LostLease
+) -> None:
+    """The handler raised LostLease: events for what the worker will not write."""
+    for ctx in contexts:
+        report_lease_gone(ctx)
+    if started is not None and reg.style == "batch" and _BATCH_SETTLED.on:
+        _BATCH_SETTLED.emit(_batch_event(reg, contexts, started, exc))
+
+
+def _report_batch(
+    settings: Settings,
+    reg: Registration,
+    contexts: list[TaskContext],
+    started: float,
+    raised: Optional[BaseException],
+    outcome: Any,
+) -> None:
+    if raised is None and outcome is _Timeout:
+        raised = TimeoutError(f"batch handler for {reg.name!r} exceeded max_run_ms={settings.max_run_ms}ms")
+    _BATCH_SETTLED.emit(_batch_event(reg, contexts, started, raised))
+
+
+def _batch_event(
+    reg: Registration, contexts: list[TaskContext], started: float, error: Optional[BaseException]
+) -> events.BatchEvent:
+    first = contexts[0]
+    return _new_tuple(
+        events.BatchEvent,
+        ("batch.settled", reg.name, first.queue, len(contexts), first.worker_id, _clock() - started, error),
+    )
+
+
 def _not_a_batch_result(reg: Registration, outcome: Any) -> TypeError:
     return TypeError(
         f"batch handler for {reg.name!r} returned {type(outcome).__name__}; "
@@ -200,10 +255,9 @@ async def _complete(settings: Settings, ctx: TaskContext, result: Any) -> None:
         await _fail(settings, ctx, envelope, False)
         return
     except LostLease:
-        ctx._mark_lease_lost()
+        mark_lease_lost(ctx)
         return
-    ctx._observe_cancel(status == "canceled")
-    ctx._mark_settled()
+    mark_completed(ctx, status)
 
 
 async def _fail(settings: Settings, ctx: TaskContext, envelope: dict[str, Any], retryable: bool) -> None:
@@ -214,10 +268,12 @@ async def _fail(settings: Settings, ctx: TaskContext, envelope: dict[str, Any], 
         max_ms=settings.retry_backoff_max_ms,
     )
     try:
-        await settings.port.fail(ctx.task_id, envelope, retryable=retryable, delay_ms=delay)
+        answer = await settings.port.fail(ctx.task_id, envelope, retryable=retryable, delay_ms=delay)
     except LostLease:
-        pass  # somebody else owns it now; their outcome stands
-    ctx._mark_settled()
+        report_lease_gone(ctx)  # somebody else owns it now; their outcome stands
+        mark_settled(ctx)
+        return
+    mark_failed(ctx, answer, envelope, retryable)
 
 
 async def no_handler(

@@ -23,7 +23,8 @@ from typing import Any, AsyncContextManager, Callable, Optional, Sequence, TypeV
 from cairnq._backoff import DEFAULT_RETRY_BACKOFF_MAX_MS, DEFAULT_RETRY_BACKOFF_MS
 from cairnq._ids import new_id
 from cairnq.backpressure import DEFAULT_MAX_WAIT_MS, QueueDepthLimit
-from cairnq.context import TaskContext
+from cairnq import events
+from cairnq.context import TaskContext, report_claimed
 from cairnq.models import TaskDef
 from cairnq.store.base import TaskStore
 from cairnq.store.validation import DURATION_MS_MAX, check_int
@@ -41,6 +42,7 @@ __all__ = ["Worker", "OnError", "CLAIM_ERROR_BACKOFF_S"]
 OnError = Callable[[BaseException, dict[str, Any]], None]
 CLAIM_ERROR_BACKOFF_S = 0.25
 F = TypeVar("F", bound=Callable[..., Any])
+_CLAIMED = events.channel("task.claimed")
 
 
 def _check_arguments(
@@ -414,6 +416,9 @@ class Worker:
             )
             for task in tasks
         ]
+        if _CLAIMED.on:
+            for ctx in contexts:
+                report_claimed(ctx)
         held = reg.resources if reg is not None else ()
         for resource in held:
             self._in_use[resource] += 1
