@@ -314,11 +314,11 @@ class Worker:
     def serve(self, *, concurrency: Optional[int] = None) -> None:
         """Run in this process until SIGINT/SIGTERM (the first drains, a second
         one acts as usual); closes the store if the worker built it."""
-        lifecycle.serve(self, concurrency)
+        lifecycle.serve(self, concurrency, close_store=self._owns_store)
 
     def background(self, *, concurrency: Optional[int] = None) -> AsyncContextManager["Worker"]:
         """``async with worker.background():`` runs the worker beside other work."""
-        return lifecycle.background(self, concurrency)
+        return lifecycle.background(self, concurrency, close_store=self._owns_store)
 
     # -- the claim loop --------------------------------------------------------------
 
