@@ -140,7 +140,9 @@ class TaskContext:
                 self._lease_event.set()
         return self._lease_event
 
-    # -- state the worker and the writes below maintain ------------------------
+    # -- state, kept by the writes below and by the worker's side (the functions
+    # at the end of this module). The methods stay for code written against
+    # 0.15.1, which called them.
 
     def _mark_lease_lost(self) -> None:
         if not self._lost and _LEASE_LOST.on:
@@ -303,9 +305,12 @@ class TaskContext:
 
 
 # -- the worker's side -------------------------------------------------------------
-# What the worker running a context tells it. Callers test the channel (or
-# group) named in each docstring first where it says so: with nobody
-# listening, an event costs that one attribute read.
+# The one way the worker (execution.py, heartbeat.py, worker.py) tells a
+# context what it learned about the attempt; no other module touches a
+# context's private state. Each function also reports the step as an event
+# where one is due. Callers test the channel (or group) named in a docstring
+# first where it says so: with nobody listening, an event costs that one
+# attribute read.
 
 
 def report_claimed(ctx: TaskContext) -> None:
