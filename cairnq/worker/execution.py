@@ -48,7 +48,7 @@ from cairnq.errors import (
 from cairnq.worker.registry import Registration
 from cairnq.worker.store_port import StorePort
 
-__all__ = ["Settings", "run_call", "no_handler"]
+__all__ = ["CallSettings", "run_call", "no_handler"]
 
 Report = Callable[[BaseException, dict[str, Any]], None]
 
@@ -59,7 +59,9 @@ _new_tuple = tuple.__new__
 
 
 @dataclass(frozen=True)
-class Settings:
+class CallSettings:
+    """What running and settling a call needs from its worker."""
+
     port: StorePort
     retry_backoff_ms: int
     retry_backoff_max_ms: int
@@ -72,7 +74,7 @@ class _Timeout:
 
 
 async def run_call(
-    settings: Settings,
+    settings: CallSettings,
     reg: Registration,
     contexts: list[TaskContext],
     returned: Callable[[], None],
@@ -106,7 +108,7 @@ async def run_call(
     await _settle(settings, reg, contexts, outcome, raised)
 
 
-async def _invoke(settings: Settings, reg: Registration, contexts: list[TaskContext]) -> Any:
+async def _invoke(settings: CallSettings, reg: Registration, contexts: list[TaskContext]) -> Any:
     if reg.style == "batch":
         args: tuple[Any, ...] = (contexts,)
     elif reg.style == "ctx_payload":
@@ -144,7 +146,7 @@ def _consume(task: "asyncio.Future[Any]") -> None:
 
 
 async def _settle(
-    settings: Settings,
+    settings: CallSettings,
     reg: Registration,
     contexts: list[TaskContext],
     outcome: Any,
@@ -192,7 +194,7 @@ def _report_dropped(
 
 
 def _report_batch(
-    settings: Settings,
+    settings: CallSettings,
     reg: Registration,
     contexts: list[TaskContext],
     started: float,
@@ -222,7 +224,7 @@ def _not_a_batch_result(reg: Registration, outcome: Any) -> TypeError:
 
 
 async def _each(
-    settings: Settings,
+    settings: CallSettings,
     contexts: list[TaskContext],
     settle: Callable[[TaskContext], Any],
 ) -> None:
@@ -232,7 +234,7 @@ async def _each(
         await asyncio.gather(*(_guarded(settings, ctx, settle) for ctx in contexts))
 
 
-async def _guarded(settings: Settings, ctx: TaskContext, settle: Callable[[TaskContext], Any]) -> None:
+async def _guarded(settings: CallSettings, ctx: TaskContext, settle: Callable[[TaskContext], Any]) -> None:
     """A settlement's failure is reported, never raised: the worker goes on."""
     try:
         await settle(ctx)
@@ -240,7 +242,7 @@ async def _guarded(settings: Settings, ctx: TaskContext, settle: Callable[[TaskC
         settings.report(exc, {"phase": "execute", "task_id": ctx.task_id})
 
 
-async def _complete(settings: Settings, ctx: TaskContext, result: Any) -> None:
+async def _complete(settings: CallSettings, ctx: TaskContext, result: Any) -> None:
     if ctx.lost_lease:
         return
     try:
@@ -260,7 +262,7 @@ async def _complete(settings: Settings, ctx: TaskContext, result: Any) -> None:
     mark_completed(ctx, status)
 
 
-async def _fail(settings: Settings, ctx: TaskContext, envelope: dict[str, Any], retryable: bool) -> None:
+async def _fail(settings: CallSettings, ctx: TaskContext, envelope: dict[str, Any], retryable: bool) -> None:
     delay = fail_delay_ms(
         ctx.attempt,
         retryable=retryable,
@@ -277,7 +279,7 @@ async def _fail(settings: Settings, ctx: TaskContext, envelope: dict[str, Any], 
 
 
 async def no_handler(
-    settings: Settings, contexts: list[TaskContext], returned: Callable[[], None]
+    settings: CallSettings, contexts: list[TaskContext], returned: Callable[[], None]
 ) -> None:
     """A claimed name with no handler (unregistered mid-run): fail it for good."""
     returned()

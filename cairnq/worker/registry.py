@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Optional
+from typing import Any, Callable, Literal, Optional
 
 from cairnq.store.validation import check_int, check_text
 
@@ -81,17 +81,9 @@ class Source:
 class Registry:
     """Names to handlers, plus resource capacities (per worker process)."""
 
-    def __init__(self, resources: Optional[dict[str, int]]) -> None:
-        self.capacities: dict[str, int] = {}
-        if resources is not None and not isinstance(resources, Mapping):
-            raise TypeError(
-                f"resources must be a dict of name -> capacity, got {type(resources).__name__}"
-            )
-        for resource, capacity in (resources or {}).items():
-            if not isinstance(resource, str):
-                raise TypeError(f"resources keys must be str, got {type(resource).__name__}")
-            check_int(f"resources[{resource!r}]", capacity, minimum=1)
-            self.capacities[resource] = capacity
+    def __init__(self, capacities: dict[str, int]) -> None:
+        """``capacities``: resource name -> units, as ``check_capacities`` returns them."""
+        self.capacities = dict(capacities)
         self.declared = tuple(sorted(self.capacities))  # what resource= may name
         self.by_name: dict[str, Registration] = {}
         self.sources: tuple[Source, ...] = ()

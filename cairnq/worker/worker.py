@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections import Counter
 from typing import Any, AsyncContextManager, Callable, Optional, Sequence, TypeVar, Union, overload
@@ -27,10 +26,18 @@ from cairnq import events
 from cairnq.context import TaskContext, report_claimed
 from cairnq.models import TaskDef
 from cairnq.store.base import TaskStore
-from cairnq.store.validation import DURATION_MS_MAX, check_int
+from cairnq.store.validation import (
+    DURATION_MS_MAX,
+    check_callable,
+    check_capacities,
+    check_ints,
+    check_max_run_ms,
+    check_queue_names,
+    check_worker_store,
+)
 from cairnq.worker import lifecycle
 from cairnq.worker.claims import Call, ClaimPlanner
-from cairnq.worker.execution import Settings, no_handler, run_call
+from cairnq.worker.execution import CallSettings, no_handler, run_call
 from cairnq.worker.heartbeat import Heartbeats
 from cairnq.worker.registry import Handler, Registry
 from cairnq.worker.store_port import StorePort
@@ -48,27 +55,21 @@ _CLAIMED = events.channel("task.claimed")
 def _check_arguments(
     store: Any,
     queues: Any,
+    max_run_ms: Any,
+    resources: Any,
     on_error: Any,
     ints: Sequence[tuple[str, Any, int, Optional[int]]],
-) -> list[str]:
-    """Refuse at construction what would otherwise fail later, on every claim
-    or settlement (each argument by name). Returns the queues as a list."""
-    if isinstance(store, (str, bytes, os.PathLike)):
-        raise TypeError(
-            f"store must be a TaskStore, got {type(store).__name__} "
-            "(for a file path use Worker.sqlite(path))"
-        )
-    if isinstance(queues, str):
-        raise TypeError("queues must be a list of queue names, not a str")
-    names: list[str] = list(queues)
-    if not names or not all(isinstance(q, str) and q for q in names):
-        raise ValueError(f"queues must be non-empty names, got {names!r}")
-    for what, value, minimum, maximum in ints:
-        if value is not None:
-            check_int(what, value, minimum=minimum, maximum=maximum)
-    if on_error is not None and not callable(on_error):
-        raise TypeError(f"on_error must be callable, got {type(on_error).__name__}")
-    return names
+) -> tuple[list[str], dict[str, int]]:
+    """Every argument check, in 0.15.1's order where it checked at all
+    (max_run_ms, then resources). Returns the queues as a list and the
+    resources' capacities."""
+    check_max_run_ms(max_run_ms)
+    capacities = check_capacities(resources)
+    check_worker_store(store)
+    names = check_queue_names(queues)
+    check_ints(ints)
+    check_callable("on_error", on_error)
+    return names, capacities
 
 
 class Worker:
@@ -100,18 +101,8 @@ class Worker:
         claim_batch: Optional[int] = None,
         max_in_flight_bytes: Optional[int] = None,
     ) -> None:
-        # In 0.15.1's order and words where it checks at all (max_run_ms, then
-        # resources); the backpressure gate goes on the store last, so a
-        # refused Worker leaves the store as it found it.
-        if max_run_ms is not None:
-            check_int("max_run_ms", max_run_ms)
-            if max_run_ms <= 0:
-                raise ValueError(f"max_run_ms must be > 0, got {max_run_ms}")
-        registry = Registry(resources)  # validates capacities
-        queues = _check_arguments(
-            store,
-            queues,
-            on_error,
+        queues, capacities = _check_arguments(
+            store, queues, max_run_ms, resources, on_error,
             (
                 ("concurrency", concurrency, 1, None),
                 ("lease_ms", lease_ms, 1, DURATION_MS_MAX),
@@ -123,10 +114,12 @@ class Worker:
                 ("claim_batch", claim_batch, 1, None),
                 ("max_in_flight_bytes", max_in_flight_bytes, 1, None),
             ),
-        )
+        )  # fmt: skip
+        # Last, so a refused Worker leaves the store as it found it.
         if max_queue_depth is not None:
             store.use_backpressure(max_queue_depth, max_queue_wait_ms=max_queue_wait_ms)
 
+        # Settings, as given.
         self._store = store
         self._queues = queues
         self._concurrency = concurrency
@@ -139,18 +132,27 @@ class Worker:
         self._max_in_flight_bytes = max_in_flight_bytes
         self._heartbeat_interval_ms = heartbeat_interval_ms or max(50, lease_ms // 3)
         self._worker_id = new_id("worker")
+        self._owns_store = False  # set by the factories that build the store
+
+        self._wire(Registry(capacities), claim_batch)
+        self._init_run_state()
+
+    def _wire(self, registry: Registry, claim_batch: Optional[int]) -> None:
+        """The parts the claim loop drives: handlers, claim plans, the store
+        port, and what a call needs to run and settle."""
         self._registry = registry
         self._planner = ClaimPlanner(registry, claim_batch)
-        self._owns_store = False
-        self._port = StorePort(store, self._worker_id, lease_ms)
-        self._settings = Settings(
+        self._port = StorePort(self._store, self._worker_id, self._lease_ms)
+        self._call_settings = CallSettings(
             port=self._port,
-            retry_backoff_ms=retry_backoff_ms,
-            retry_backoff_max_ms=retry_backoff_max_ms,
-            max_run_ms=max_run_ms,
+            retry_backoff_ms=self._retry_backoff_ms,
+            retry_backoff_max_ms=self._retry_backoff_max_ms,
+            max_run_ms=self._max_run_ms,
             report=self._report,
         )
 
+    def _init_run_state(self) -> None:
+        """What a run keeps as it goes (each run() sets up its own events)."""
         self._stopping = False
         self._stop_event: asyncio.Event | None = None
         self._calls: set[asyncio.Task[None]] = set()  # every call, until settled
@@ -404,7 +406,7 @@ class Worker:
 
     def _dispatch(self, call: Call) -> None:
         reg, tasks = call
-        settings = self._settings
+        settings = self._call_settings
         contexts = [
             TaskContext(
                 self._store,
