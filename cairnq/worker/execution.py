@@ -77,10 +77,10 @@ async def run_call(
     settings: CallSettings,
     reg: Registration,
     contexts: list[TaskContext],
-    returned: Callable[[], None],
+    handler_done: Callable[[], None],
 ) -> None:
     """Run the handler for ``contexts`` and settle every task it left unsettled.
-    ``returned()`` is called as soon as the handler is done, before settling:
+    ``handler_done()`` is called as soon as the handler is done, before settling:
     the call no longer counts against the worker's concurrency from there."""
     started = mark_started(contexts) if RUN_TIMED.on else None
     try:
@@ -91,13 +91,13 @@ async def run_call(
             outcome = await _invoke(settings, reg, contexts)
         raised: Optional[BaseException] = None
     except LostLease as exc:
-        returned()
+        handler_done()
         if _LEASE_LOST.on or _BATCH_SETTLED.on:
             _report_dropped(reg, contexts, started, exc)
         return  # we no longer own these tasks: write nothing
     except Exception as exc:  # the handler failed: settled below
         outcome, raised = None, exc
-    returned()
+    handler_done()
     if started is not None and reg.style == "batch" and _BATCH_SETTLED.on:
         _report_batch(settings, reg, contexts, started, raised, outcome)
     if raised is None and reg.style != "batch" and outcome is not _Timeout:
@@ -279,10 +279,10 @@ async def _fail(settings: CallSettings, ctx: TaskContext, envelope: dict[str, An
 
 
 async def no_handler(
-    settings: CallSettings, contexts: list[TaskContext], returned: Callable[[], None]
+    settings: CallSettings, contexts: list[TaskContext], handler_done: Callable[[], None]
 ) -> None:
     """A claimed name with no handler (unregistered mid-run): fail it for good."""
-    returned()
+    handler_done()
     for ctx in contexts:
         envelope = error_envelope(
             type="NoHandler",

@@ -1,6 +1,6 @@
 """One heartbeat loop for every lease a worker holds.
 
-Each beat renews all live leases with a single ``heartbeat_batch``,
+Each round renews all live leases with a single ``heartbeat_batch``,
 however many calls and batches they belong to. An id missing from the reply
 lost its lease (unless it was settled meanwhile) and only that context is
 flagged; a cancel flag in the reply is recorded on its context. The loop runs
@@ -61,9 +61,9 @@ class Heartbeats:
     async def _run(self) -> None:
         while self._live:
             await asyncio.sleep(self._interval_s)
-            await self.beat()
+            await self.renew_now()
 
-    async def beat(self) -> None:
+    async def renew_now(self) -> None:
         """Renew every live lease now."""
         live = self._live
         for task_id in [i for i, c in live.items() if c.settled or c.lost_lease]:
@@ -82,7 +82,7 @@ class Heartbeats:
             return
         lost = 0
         for task_id, ctx in sent:
-            # The reply is about the attempt that was live when the beat was
+            # The reply is about the attempt that was live when the round was
             # sent. If that attempt ended meanwhile (a retryable failure) and
             # the task was claimed again, its id is missing from the reply
             # without the new attempt having lost anything: leave it alone.

@@ -1,6 +1,6 @@
 """Handler registrations and the claim sources they imply.
 
-A *source* is one draw per poll: a name that sizes itself (``batch=``,
+A *claim source* is one draw per poll: a name that sizes itself (``batch=``,
 ``resource=`` or its own ``concurrency=``) draws on its own, so its quota can
 be counted in its own units; every other name shares one draw.
 """
@@ -13,7 +13,7 @@ from typing import Any, Callable, Literal, Optional
 
 from cairnq.store.validation import check_int, check_text
 
-__all__ = ["Registration", "Source", "Registry", "Handler", "CallStyle"]
+__all__ = ["Registration", "ClaimSource", "Registry", "Handler", "CallStyle"]
 
 Handler = Callable[..., Any]
 CallStyle = Literal["batch", "ctx_payload", "ctx"]
@@ -72,7 +72,7 @@ class Registration:
 
 
 @dataclass(frozen=True)
-class Source:
+class ClaimSource:
     names: tuple[str, ...]
     batch: int
     resources: tuple[str, ...]
@@ -86,7 +86,7 @@ class Registry:
         self.capacities = dict(capacities)
         self.declared = tuple(sorted(self.capacities))  # what resource= may name
         self.by_name: dict[str, Registration] = {}
-        self.sources: tuple[Source, ...] = ()
+        self.claim_sources: tuple[ClaimSource, ...] = ()
         self.names: tuple[str, ...] = ()
 
     def register(
@@ -124,14 +124,14 @@ class Registry:
         self._rebuild()
 
     def _rebuild(self) -> None:
-        own: list[Source] = []
+        own: list[ClaimSource] = []
         shared: list[str] = []
         for reg in self.by_name.values():
             if reg.batch is not None or reg.resources:
-                own.append(Source((reg.name,), reg.chunk, reg.resources))
+                own.append(ClaimSource((reg.name,), reg.chunk, reg.resources))
             else:
                 shared.append(reg.name)
         if shared:
-            own.append(Source(tuple(shared), 1, ()))
-        self.sources = tuple(own)
+            own.append(ClaimSource(tuple(shared), 1, ()))
+        self.claim_sources = tuple(own)
         self.names = tuple(self.by_name)

@@ -327,7 +327,7 @@ class Worker:
     async def _poll_loop(self, limit: int) -> None:
         stop = self._stop_event
         assert stop is not None and self._call_done is not None
-        told = False  # the store just told of new work: claim without probing
+        news_of_work = False  # the store just told of new work: claim without probing
         probe_due = 0.0  # ... unless a probe (it also finds expired leases) is due
         while not self._stopping:
             free = limit - self._running
@@ -337,16 +337,16 @@ class Worker:
                 self._call_done.clear()
                 await self._first_of(self._call_done.wait(), stop.wait())
                 continue
-            if not self._registry.sources:
+            if not self._registry.claim_sources:
                 await self._idle(resource_wake=False)
                 continue
-            probe = not told or time.monotonic() >= probe_due
-            told = False
+            probe = not news_of_work or time.monotonic() >= probe_due
+            news_of_work = False
             try:
                 plan = self._planner.plan(free, self._in_use.__getitem__)
                 calls, probed = await self._port.claim(
                     self._queues, self._registry.names, plan,
-                    probe=probe, single_draw=len(self._registry.sources) == 1,
+                    probe=probe, single_draw=len(self._registry.claim_sources) == 1,
                 )  # fmt: skip
             except Exception as exc:
                 self._report(exc, {"phase": "claim"})
@@ -364,10 +364,10 @@ class Worker:
                 # came back short, and slots are left): wait for news of work
                 # rather than probe at once. Only where news is pushed: a
                 # notification that lands meanwhile is kept for the wait.
-                told = await self._idle(resource_wake=True)
+                news_of_work = await self._idle(resource_wake=True)
 
     async def _idle(self, *, resource_wake: bool) -> bool:
-        """Sleep until there may be work; True when the store told of some."""
+        """Sleep until there may be work; True on news of work from the store."""
         assert self._stop_event is not None and self._call_done is not None
         wake = asyncio.ensure_future(self._port.wake(self._queues, self._poll_interval_ms))
         waits: list[Any] = [wake, self._stop_event.wait()]
@@ -427,23 +427,23 @@ class Worker:
         size = self._payload_bytes(tasks)
         self._in_flight_bytes += size
         self._running += 1
-        returned = self._returned_once()
+        handler_done = self._handler_done_once()
         if reg is not None:
             assert self._heartbeats is not None
             self._heartbeats.hold(contexts)
-            work = run_call(settings, reg, contexts, returned)
+            work = run_call(settings, reg, contexts, handler_done)
         else:
-            work = no_handler(settings, contexts, returned)
+            work = no_handler(settings, contexts, handler_done)
         task = asyncio.get_running_loop().create_task(work)
         self._calls.add(task)
-        task.add_done_callback(lambda t: self._finished(t, contexts, held, size, returned))
+        task.add_done_callback(lambda t: self._finished(t, contexts, held, size, handler_done))
 
-    def _returned_once(self) -> Callable[[], None]:
+    def _handler_done_once(self) -> Callable[[], None]:
         """The call's "handler is done" signal (its settlement may still be on
         its way): frees its concurrency slot, once."""
         pending = True
 
-        def returned() -> None:
+        def handler_done() -> None:
             nonlocal pending
             if pending:
                 pending = False
@@ -451,7 +451,7 @@ class Worker:
                 if self._call_done is not None:
                     self._call_done.set()
 
-        return returned
+        return handler_done
 
     def _finished(
         self,
@@ -459,9 +459,9 @@ class Worker:
         contexts: list[TaskContext],
         held: Sequence[str],
         size: int,
-        returned: Callable[[], None],
+        handler_done: Callable[[], None],
     ) -> None:
-        returned()  # in case the call ended before its handler did (cancelled)
+        handler_done()  # in case the call ended before its handler did (cancelled)
         self._calls.discard(task)
         for resource in held:
             self._in_use[resource] -= 1
