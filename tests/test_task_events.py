@@ -504,3 +504,19 @@ async def test_no_subscriber_builds_and_times_nothing(backend, monkeypatch) -> N
         "task.lease_lost", "batch.settled", "heartbeat",
     }  # fmt: skip
     assert not any(events.channel(kind).on for kind in events.KINDS)
+
+
+def test_a_group_is_on_while_any_of_its_kinds_has_a_handler() -> None:
+    grouped = events.group("task.succeeded", "heartbeat")
+    assert not grouped.on
+
+    def handler(event: Any) -> None:
+        pass
+
+    stop_one = events.subscribe(handler, kinds=["heartbeat"])
+    stop_other = events.subscribe(handler, kinds=["task.claimed"])
+    assert grouped.on
+    stop_one()
+    assert not grouped.on  # task.claimed is not one of its kinds
+    stop_other()
+    assert not grouped.on
