@@ -41,7 +41,9 @@ _LEASE_LOST = events.channel("task.lease_lost")
 _SETTLED = events.group(*events.SETTLEMENT_KINDS)
 # On while some event needs the handler's start time (task.started, and every
 # kind that reports run_s): the worker tests it before ``mark_started``.
-RUN_TIMED = events.group("task.started", *events.SETTLEMENT_KINDS, "task.lease_lost", "batch.settled")
+RUN_TIMED = events.group(
+    "task.started", *events.SETTLEMENT_KINDS, "task.lease_lost", "batch.settled"
+)
 # A settlement's final status, as the store answered it -> the channel of its kind.
 _BY_STATUS = {
     "succeeded": events.channel("task.succeeded"),
@@ -412,9 +414,8 @@ def _emit(
     task = ctx._task
     started = ctx._run_started
     run_s = _clock() - started if timed and started is not None else None
-    channel.emit(
-        _new_tuple(
-            events.TaskEvent,
-            (channel.kind, task.id, task.queue, task.name, task.attempt, ctx._worker_id, wait_s, run_s, error),
-        )
-    )
+    event = (
+        channel.kind, task.id, task.queue, task.name, task.attempt, ctx._worker_id,
+        wait_s, run_s, error,
+    )  # fmt: skip
+    channel.emit(_new_tuple(events.TaskEvent, event))

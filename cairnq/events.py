@@ -19,6 +19,9 @@ Rules of the surface (it is stable: fields are only ever added at the end):
 * Events are named tuples, built only when some handler listens to their
   kind. An emitter asks ``channel.on`` (one attribute read) first, so a kind
   nobody listens to costs nothing more than that.
+* An emitter that does one piece of work for several kinds (reads the clock
+  once for every event that reports a duration) tests a :class:`Group` of
+  them instead: ``group(*kinds).on`` is True while any of them has a handler.
 * Handlers run inline, on the thread and event loop of the emitter: they must
   be quick and must not block (hand heavy work to a queue). A handler that
   raises is logged (``cairnq.events``) and the emitter goes on; it is never

@@ -202,17 +202,19 @@ def _report_batch(
     outcome: Any,
 ) -> None:
     if raised is None and outcome is _Timeout:
-        raised = TimeoutError(f"batch handler for {reg.name!r} exceeded max_run_ms={settings.max_run_ms}ms")
+        raised = TimeoutError(
+            f"batch handler for {reg.name!r} exceeded max_run_ms={settings.max_run_ms}ms"
+        )
     _BATCH_SETTLED.emit(_batch_event(reg, contexts, started, raised))
 
 
 def _batch_event(
     reg: Registration, contexts: list[TaskContext], started: float, error: Optional[BaseException]
 ) -> events.BatchEvent:
-    first = contexts[0]
+    first, run_s = contexts[0], _clock() - started
     return _new_tuple(
         events.BatchEvent,
-        ("batch.settled", reg.name, first.queue, len(contexts), first.worker_id, _clock() - started, error),
+        ("batch.settled", reg.name, first.queue, len(contexts), first.worker_id, run_s, error),
     )
 
 
@@ -234,7 +236,9 @@ async def _each(
         await asyncio.gather(*(_guarded(settings, ctx, settle) for ctx in contexts))
 
 
-async def _guarded(settings: CallSettings, ctx: TaskContext, settle: Callable[[TaskContext], Any]) -> None:
+async def _guarded(
+    settings: CallSettings, ctx: TaskContext, settle: Callable[[TaskContext], Any]
+) -> None:
     """A settlement's failure is reported, never raised: the worker goes on."""
     try:
         await settle(ctx)
@@ -262,7 +266,9 @@ async def _complete(settings: CallSettings, ctx: TaskContext, result: Any) -> No
     mark_completed(ctx, status)
 
 
-async def _fail(settings: CallSettings, ctx: TaskContext, envelope: dict[str, Any], retryable: bool) -> None:
+async def _fail(
+    settings: CallSettings, ctx: TaskContext, envelope: dict[str, Any], retryable: bool
+) -> None:
     delay = fail_delay_ms(
         ctx.attempt,
         retryable=retryable,
@@ -270,7 +276,9 @@ async def _fail(settings: CallSettings, ctx: TaskContext, envelope: dict[str, An
         max_ms=settings.retry_backoff_max_ms,
     )
     try:
-        answer = await settings.port.fail(ctx.task_id, envelope, retryable=retryable, delay_ms=delay)
+        answer = await settings.port.fail(
+            ctx.task_id, envelope, retryable=retryable, delay_ms=delay
+        )
     except LostLease:
         report_lease_gone(ctx)  # somebody else owns it now; their outcome stands
         mark_settled(ctx)

@@ -436,7 +436,9 @@ class Worker:
             work = no_handler(settings, contexts, handler_done)
         task = asyncio.get_running_loop().create_task(work)
         self._calls.add(task)
-        task.add_done_callback(lambda t: self._finished(t, contexts, held, size, handler_done))
+        task.add_done_callback(
+            lambda t: self._finished(t, contexts, held, size, handler_done)
+        )
 
     def _handler_done_once(self) -> Callable[[], None]:
         """The call's "handler is done" signal (its settlement may still be on
