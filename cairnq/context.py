@@ -52,7 +52,8 @@ _BY_STATUS = {
     "canceled": events.channel("task.canceled"),
 }
 _clock = time.perf_counter
-_new_tuple = tuple.__new__
+_new_tuple = tuple.__new__  # events are built as tuples: no per-field keyword handling
+_TaskEvent = events.TaskEvent
 
 
 class TaskContext:
@@ -148,7 +149,7 @@ class TaskContext:
 
     def _mark_lease_lost(self) -> None:
         if not self._lost and _LEASE_LOST.on:
-            _emit(_LEASE_LOST, self, None, None)
+            _emit(_LEASE_LOST, self, None)
         self._lost = True
         if self._lease_event is not None:
             self._lease_event.set()
@@ -315,13 +316,19 @@ class TaskContext:
 # attribute read.
 
 
-def report_claimed(ctx: TaskContext) -> None:
-    """Emit ``task.claimed``; callers test ``channel("task.claimed").on`` first.
-    ``wait_s``: the claim's time (the row's ``updated_at_ms``, written by the
-    claim) minus the time the task was due, both from the database's clock."""
-    task = ctx._task
-    wait_s = (task.updated_at_ms - task.run_at_ms) / 1000
-    _emit(_CLAIMED, ctx, wait_s if wait_s > 0.0 else 0.0, None, timed=False)
+def report_claimed(contexts: Iterable[TaskContext]) -> None:
+    """Emit ``task.claimed`` for each; callers test ``channel("task.claimed").on``
+    first. ``wait_s``: the claim's time (the row's ``updated_at_ms``, written
+    by the claim) minus the time the task was due, both the database's clock."""
+    emit = _CLAIMED.emit
+    for ctx in contexts:
+        task = ctx._task
+        wait_s = (task.updated_at_ms - task.run_at_ms) / 1000
+        event = (
+            "task.claimed", task.id, task.queue, task.name, task.attempt, ctx._worker_id,
+            wait_s if wait_s > 0.0 else 0.0, None, None,
+        )  # fmt: skip
+        emit(_new_tuple(_TaskEvent, event))
 
 
 def mark_started(contexts: Iterable[TaskContext]) -> float:
@@ -329,10 +336,16 @@ def mark_started(contexts: Iterable[TaskContext]) -> float:
     (run_s counts from it) and emit ``task.started``; returns the time.
     Callers test ``RUN_TIMED.on`` first."""
     now = _clock()
+    listening = _STARTED.on
     for ctx in contexts:
         ctx._run_started = now
-        if _STARTED.on:
-            _emit(_STARTED, ctx, None, None, timed=False)
+        if listening:
+            task = ctx._task
+            event = (
+                "task.started", task.id, task.queue, task.name, task.attempt, ctx._worker_id,
+                None, None, None,
+            )  # fmt: skip
+            _STARTED.emit(_new_tuple(_TaskEvent, event))
     return now
 
 
@@ -343,7 +356,9 @@ def mark_completed(ctx: TaskContext, status: str) -> None:
     if status == "canceled":
         ctx._cancel_seen = True
     if _SETTLED.on:
-        _emit_settled(ctx, status, None)
+        channel = _BY_STATUS.get(status)
+        if channel is not None and channel.on:
+            _emit(channel, ctx, None)
 
 
 def mark_failed(ctx: TaskContext, answer: Any, envelope: dict[str, Any], retryable: bool) -> None:
@@ -385,7 +400,7 @@ def report_lease_gone(ctx: TaskContext) -> None:
     ``task.lease_lost`` unless the context already reported its loss. Leaves
     the context's state as it is."""
     if not ctx._lost and not ctx._settled and _LEASE_LOST.on:
-        _emit(_LEASE_LOST, ctx, None, None)
+        _emit(_LEASE_LOST, ctx, None)
 
 
 def _failed_status(ctx: TaskContext, answer: Any, retryable: bool) -> str:
@@ -400,22 +415,15 @@ def _failed_status(ctx: TaskContext, answer: Any, retryable: bool) -> str:
 def _emit_settled(ctx: TaskContext, status: str, error: Optional[dict[str, Any]]) -> None:
     channel = _BY_STATUS.get(status)
     if channel is not None and channel.on:
-        _emit(channel, ctx, None, error if status == "queued" or status == "failed" else None)
+        _emit(channel, ctx, error if status == "queued" or status == "failed" else None)
 
 
-def _emit(
-    channel: events.Channel,
-    ctx: TaskContext,
-    wait_s: Optional[float],
-    error: Optional[dict[str, Any]],
-    *,
-    timed: bool = True,
-) -> None:
+def _emit(channel: events.Channel, ctx: TaskContext, error: Optional[dict[str, Any]]) -> None:
+    """A settlement or a lost lease: run_s since the handler started, if known."""
     task = ctx._task
     started = ctx._run_started
-    run_s = _clock() - started if timed and started is not None else None
     event = (
         channel.kind, task.id, task.queue, task.name, task.attempt, ctx._worker_id,
-        wait_s, run_s, error,
+        None, None if started is None else _clock() - started, error,
     )  # fmt: skip
-    channel.emit(_new_tuple(events.TaskEvent, event))
+    channel.emit(_new_tuple(_TaskEvent, event))

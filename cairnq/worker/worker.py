@@ -419,8 +419,7 @@ class Worker:
             for task in tasks
         ]
         if _CLAIMED.on:
-            for ctx in contexts:
-                report_claimed(ctx)
+            report_claimed(contexts)
         held = reg.resources if reg is not None else ()
         for resource in held:
             self._in_use[resource] += 1
