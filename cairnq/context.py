@@ -5,12 +5,23 @@ cancellation and settlement are per task. Every write goes through an
 ownership check in the database; locally the context also refuses writes
 once it knows the lease is lost (no round trip) and makes settling twice a
 no-op.
+
+The worker tells a context what it learns about the attempt (the lease is
+gone, the task settled, a cancel was requested, the handler started) through
+the functions under "The worker's side" at the end of this module, and only
+through them: the context's state stays private to this module. The same
+functions report the attempt's steps as events (``cairnq.events``, kinds
+``task.*``), each behind one ``channel.on`` test, so nothing is built or
+timed while nobody listens.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional, TypeVar, Union
+import time
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Optional, TypeVar, Union
+
+from cairnq import events
 
 from cairnq._backoff import DEFAULT_RETRY_BACKOFF_MAX_MS, DEFAULT_RETRY_BACKOFF_MS, fail_delay_ms
 from cairnq._wait import DEFAULT_POLL_MS, MAX_POLL_MS, poll_wait
@@ -24,8 +35,32 @@ __all__ = ["TaskContext"]
 
 T = TypeVar("T")
 
+_CLAIMED = events.channel("task.claimed")
+_STARTED = events.channel("task.started")
+_LEASE_LOST = events.channel("task.lease_lost")
+_SETTLED = events.group(*events.SETTLEMENT_KINDS)
+# On while some event needs the handler's start time (task.started, and every
+# kind that reports run_s): the worker tests it before ``mark_started``.
+RUN_TIMED = events.group(
+    "task.started", *events.SETTLEMENT_KINDS, "task.lease_lost", "batch.settled"
+)
+# A settlement's final status, as the store answered it -> the channel of its kind.
+_BY_STATUS = {
+    "succeeded": events.channel("task.succeeded"),
+    "queued": events.channel("task.retried"),
+    "failed": events.channel("task.failed"),
+    "canceled": events.channel("task.canceled"),
+}
+_clock = time.perf_counter
+_new_tuple = tuple.__new__  # events are built as tuples: no per-field keyword handling
+_TaskEvent = events.TaskEvent
+
 
 class TaskContext:
+    # When the worker called the handler (perf_counter), recorded only while
+    # some event reports run_s; a class default keeps construction as it was.
+    _run_started: Optional[float] = None
+
     def __init__(
         self,
         store: TaskStore,
@@ -108,9 +143,13 @@ class TaskContext:
                 self._lease_event.set()
         return self._lease_event
 
-    # -- state the worker and the writes below maintain ------------------------
+    # -- state, kept by the writes below and by the worker's side (the functions
+    # at the end of this module). The methods stay for code written against
+    # 0.15.1, which called them.
 
     def _mark_lease_lost(self) -> None:
+        if not self._lost and _LEASE_LOST.on:
+            _emit(_LEASE_LOST, self, None)
         self._lost = True
         if self._lease_event is not None:
             self._lease_event.set()
@@ -190,6 +229,8 @@ class TaskContext:
             )
         )
         self._settled = True
+        if _SETTLED.on:
+            _emit_settled(self, getattr(task, "status", None) or "succeeded", None)
         return task
 
     async def succeed_in(self, write: Callable[[Any], Awaitable[Any]]) -> Optional[Task]:
@@ -205,6 +246,8 @@ class TaskContext:
         )
         self._observe(task)
         self._settled = True
+        if _SETTLED.on:
+            _emit_settled(self, getattr(task, "status", None) or "succeeded", None)
         return task
 
     async def fail(self, error: Any = "task failed", *, retryable: bool = True) -> Optional[Task]:
@@ -232,6 +275,8 @@ class TaskContext:
             )
         )
         self._settled = True
+        if _SETTLED.on:
+            _emit_settled(self, _failed_status(self, task, retryable), envelope)
         return task
 
     async def submit(
@@ -260,3 +305,125 @@ class TaskContext:
         return await poll_wait(
             self._store, task_id, timeout_ms=timeout_ms, poll_ms=poll_ms, max_poll_ms=MAX_POLL_MS
         )
+
+
+# -- the worker's side -------------------------------------------------------------
+# The one way the worker (execution.py, heartbeat.py, worker.py) tells a
+# context what it learned about the attempt; no other module touches a
+# context's private state. Each function also reports the step as an event
+# where one is due. Callers test the channel (or group) named in a docstring
+# first where it says so: with nobody listening, an event costs that one
+# attribute read.
+
+
+def report_claimed(contexts: Iterable[TaskContext]) -> None:
+    """Emit ``task.claimed`` for each; callers test ``channel("task.claimed").on``
+    first. ``wait_s``: the claim's time (the row's ``updated_at_ms``, written
+    by the claim) minus the time the task was due, both the database's clock."""
+    emit = _CLAIMED.emit
+    for ctx in contexts:
+        task = ctx._task
+        wait_s = (task.updated_at_ms - task.run_at_ms) / 1000
+        event = (
+            "task.claimed", task.id, task.queue, task.name, task.attempt, ctx._worker_id,
+            wait_s if wait_s > 0.0 else 0.0, None, None,
+        )  # fmt: skip
+        emit(_new_tuple(_TaskEvent, event))
+
+
+def mark_started(contexts: Iterable[TaskContext]) -> float:
+    """The handler is about to be called for ``contexts``: record the time
+    (run_s counts from it) and emit ``task.started``; returns the time.
+    Callers test ``RUN_TIMED.on`` first."""
+    now = _clock()
+    listening = _STARTED.on
+    for ctx in contexts:
+        ctx._run_started = now
+        if listening:
+            task = ctx._task
+            event = (
+                "task.started", task.id, task.queue, task.name, task.attempt, ctx._worker_id,
+                None, None, None,
+            )  # fmt: skip
+            _STARTED.emit(_new_tuple(_TaskEvent, event))
+    return now
+
+
+def mark_completed(ctx: TaskContext, status: str) -> None:
+    """The worker's completion settled the task with final ``status``
+    ("succeeded", or "canceled" where a cancel won)."""
+    ctx._settled = True
+    if status == "canceled":
+        ctx._cancel_seen = True
+    if _SETTLED.on:
+        channel = _BY_STATUS.get(status)
+        if channel is not None and channel.on:
+            _emit(channel, ctx, None)
+
+
+def mark_failed(ctx: TaskContext, answer: Any, envelope: dict[str, Any], retryable: bool) -> None:
+    """The worker's failure write for ``ctx`` is done; ``answer``: what the
+    store returned (the row: its status says retried, failed or canceled)."""
+    ctx._settled = True
+    if _SETTLED.on:
+        _emit_settled(ctx, _failed_status(ctx, answer, retryable), envelope)
+
+
+def mark_settled(ctx: TaskContext) -> None:
+    """Nothing more is to be written for ``ctx`` (its outcome stands
+    elsewhere); no event of its own."""
+    ctx._settled = True
+
+
+def mark_lease_lost(ctx: TaskContext) -> None:
+    """The worker learned that it no longer holds the task (a heartbeat or a
+    settlement found it gone): writes are refused locally from now on."""
+    ctx._mark_lease_lost()
+
+
+def mark_abandoned(ctx: TaskContext) -> None:
+    """The handler ran past max_run_ms: its writes are refused locally, as
+    after a lost lease, but no lease was lost (the worker fails the task)."""
+    ctx._lost = True
+    if ctx._lease_event is not None:
+        ctx._lease_event.set()
+
+
+def mark_cancel_requested(ctx: TaskContext) -> None:
+    """A heartbeat saw the task's cancel request."""
+    ctx._cancel_seen = True
+
+
+def report_lease_gone(ctx: TaskContext) -> None:
+    """The worker writes nothing more for ``ctx`` (the handler raised
+    LostLease, or a failure write found somebody else's lease): emits
+    ``task.lease_lost`` unless the context already reported its loss. Leaves
+    the context's state as it is."""
+    if not ctx._lost and not ctx._settled and _LEASE_LOST.on:
+        _emit(_LEASE_LOST, ctx, None)
+
+
+def _failed_status(ctx: TaskContext, answer: Any, retryable: bool) -> str:
+    status = getattr(answer, "status", None)
+    if isinstance(status, str):
+        return status
+    # A wrapped store that does not hand the row back: what the statement does.
+    task = ctx._task
+    return "queued" if retryable and task.attempt < task.max_attempts else "failed"
+
+
+def _emit_settled(ctx: TaskContext, status: str, error: Optional[dict[str, Any]]) -> None:
+    channel = _BY_STATUS.get(status)
+    if channel is not None and channel.on:
+        _emit(channel, ctx, error if status == "queued" or status == "failed" else None)
+
+
+def _emit(channel: events.Channel, ctx: TaskContext, error: Optional[dict[str, Any]]) -> None:
+    """A settlement or a lost lease: run_s since the handler started, if known."""
+    task = ctx._task
+    started = ctx._run_started
+    event = (
+        channel.kind, task.id, task.queue, task.name, task.attempt, ctx._worker_id,
+        None, None if started is None else _clock() - started, error,
+    )  # fmt: skip
+    channel.emit(_new_tuple(_TaskEvent, event))

@@ -19,6 +19,9 @@ Rules of the surface (it is stable: fields are only ever added at the end):
 * Events are named tuples, built only when some handler listens to their
   kind. An emitter asks ``channel.on`` (one attribute read) first, so a kind
   nobody listens to costs nothing more than that.
+* An emitter that does one piece of work for several kinds (reads the clock
+  once for every event that reports a duration) tests a :class:`Group` of
+  them instead: ``group(*kinds).on`` is True while any of them has a handler.
 * Handlers run inline, on the thread and event loop of the emitter: they must
   be quick and must not block (hand heavy work to a queue). A handler that
   raises is logged (``cairnq.events``) and the emitter goes on; it is never
@@ -54,8 +57,11 @@ __all__ = [
     "Channel",
     "channel",
     "subscribe",
+    "Group",
+    "group",
     "KINDS",
     "TASK_KINDS",
+    "SETTLEMENT_KINDS",
 ]
 
 log = logging.getLogger("cairnq.events")
@@ -113,6 +119,7 @@ class HeartbeatEvent(NamedTuple):
 Event = Any  # one of the named tuples above
 Handler = Callable[[Any], None]
 
+SETTLEMENT_KINDS = ("task.succeeded", "task.retried", "task.failed", "task.canceled")
 TASK_KINDS = (
     "task.claimed",
     "task.started",
@@ -146,12 +153,45 @@ class Channel:
     def _set(self, handlers: tuple[Handler, ...]) -> None:
         self._handlers = handlers
         self.on = bool(handlers)
+        for grouped in _groups:
+            grouped._update()
 
     def __repr__(self) -> str:
         return f"<Channel {self.kind} handlers={len(self._handlers)}>"
 
 
+class Group:
+    """Several kinds at once: ``on`` is True while any of them has a handler.
+
+    For an emitter that does one piece of work for several kinds (reads the
+    clock once for every event that reports a duration): still one attribute
+    read when nobody listens.
+    """
+
+    __slots__ = ("kinds", "on", "_members")
+
+    def __init__(self, kinds: Iterable[str]) -> None:
+        self.kinds = tuple(kinds)
+        self._members = tuple(channel(kind) for kind in self.kinds)
+        self.on = False
+        self._update()
+
+    def _update(self) -> None:
+        self.on = any(ch.on for ch in self._members)
+
+    def __repr__(self) -> str:
+        return f"<Group {', '.join(self.kinds)} on={self.on}>"
+
+
 _channels: dict[str, Channel] = {kind: Channel(kind) for kind in KINDS}
+_groups: list[Group] = []  # every group ever made: they live as long as their emitters
+
+
+def group(*kinds: str) -> Group:
+    """A :class:`Group` of ``kinds``, kept current by every (un)subscribe."""
+    made = Group(kinds)
+    _groups.append(made)
+    return made
 
 
 def channel(kind: str) -> Channel:

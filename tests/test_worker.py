@@ -1937,12 +1937,12 @@ async def test_heartbeat_reply_about_an_ended_attempt_spares_the_next_one(backen
         return reply
 
     store._heartbeat_batch = beat_then_reclaim
-    await beats.beat()
+    await beats.renew_now()
     store._heartbeat_batch = original
     (ctx2,) = contexts
     assert ctx2.attempt == 2 and not ctx2.lost_lease and not errors
     assert len(beats) == 1  # attempt 2 is still held and beaten
-    await beats.beat()
+    await beats.renew_now()
     assert not ctx2.lost_lease
     done = await store.complete(task_id=ctx2.task_id, worker_id=worker_id, result={"ok": True})
     assert done.status == "succeeded" and done.attempt == 2

@@ -13,8 +13,8 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from cairnq.client import CairnQ
 from cairnq.errors import (
@@ -57,6 +57,7 @@ __all__ = [
     "settle",
     "table",
     "task_dict",
+    "with_client",
 ]
 
 EXIT_OK = 0  # success
@@ -192,6 +193,23 @@ async def open_client(
         with contextlib.suppress(Exception):
             await client.close()
         await settle()
+
+
+T = TypeVar("T")
+
+
+def with_client(
+    args: argparse.Namespace, work: Callable[[CairnQ], Awaitable[T]], *, create: bool = False
+) -> T:
+    """Run ``work(client)`` on a client of the chosen database and return
+    what it returns: the one open/close around every command that reads or
+    manages tasks (``create=False``: a SQLite file must exist already)."""
+
+    async def run() -> T:
+        async with open_client(args, create=create) as client:
+            return await work(client)
+
+    return asyncio.run(run())
 
 
 async def settle(timeout_s: float = 2.0) -> None:

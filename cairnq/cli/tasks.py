@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import time
-from typing import Any
+from typing import Any, Awaitable
 
 from cairnq.cli.common import (
     EXIT_FAILED,
@@ -22,11 +21,11 @@ from cairnq.cli.common import (
     fmt_time,
     log,
     non_negative_int,
-    open_client,
     positive_int,
     progress_bar,
     table,
     task_dict,
+    with_client,
 )
 from cairnq.client import CairnQ
 from cairnq.errors import AlreadyExists, QueueFull, SerializationError, TaskTimeout
@@ -40,6 +39,12 @@ _FOREVER_MS = 100 * 365 * 24 * 3600 * 1000
 
 
 def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
+    """One subcommand each, in the order ``cairnq --help`` lists them."""
+    for add in (_add_submit, _add_get, _add_list, _add_stats, _add_cancel, _add_retry, _add_purge):
+        add(commands, common)
+
+
+def _add_submit(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
         "submit",
         parents=[common],
@@ -76,12 +81,16 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     p.set_defaults(run=run_submit, parser=p)
 
+
+def _add_get(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
         "get", parents=[common], help="show one task", description="Show one task, by id or key."
     )
     _id_or_key(p)
     p.set_defaults(run=run_get, parser=p)
 
+
+def _add_list(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
         "list",
         parents=[common],
@@ -95,10 +104,14 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--offset", type=non_negative_int, default=0)
     p.set_defaults(run=run_list, parser=p)
 
+
+def _add_stats(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser("stats", parents=[common], help="task counts per queue and status")
     p.add_argument("--queue", help="only this queue")
     p.set_defaults(run=run_stats, parser=p)
 
+
+def _add_cancel(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
         "cancel",
         parents=[common],
@@ -109,6 +122,8 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     _id_or_key(p)
     p.set_defaults(run=run_cancel, parser=p)
 
+
+def _add_retry(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
         "retry",
         parents=[common],
@@ -120,6 +135,8 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--reset-attempt", action="store_true", help="start the attempt count over at 0")
     p.set_defaults(run=run_retry, parser=p)
 
+
+def _add_purge(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
         "purge",
         parents=[common],
@@ -243,36 +260,35 @@ def run_submit(args: argparse.Namespace) -> int:
             args.parser.error("--metadata must be a JSON object")
     if args.timeout_ms is not None and not args.wait:
         args.parser.error("--timeout-ms needs --wait")
-    return asyncio.run(_submit(args, payload, metadata))
+    return with_client(args, lambda client: _submit(args, client, payload, metadata), create=True)
 
 
-async def _submit(args: argparse.Namespace, payload: Any, metadata: Any) -> int:
-    async with open_client(args) as client:
-        try:
-            task = await client.submit(
-                args.name,
-                payload,
-                key=args.key,
-                queue=args.queue,
-                conflict=args.conflict,
-                max_attempts=args.max_attempts,
-                priority=args.priority,
-                metadata=metadata,
-                delay_ms=args.delay_ms,
-            )
-        except (AlreadyExists, QueueFull) as exc:
-            raise CliError(str(exc)) from exc
-        except (SerializationError, ValueError, TypeError) as exc:  # the arguments' fault
-            raise CliError(f"cannot submit: {exc}", EXIT_USAGE) from exc
-        if not args.wait:
-            if args.json:
-                emit_json(task_dict(task))
-            else:
-                print(task.id)
-            return EXIT_OK
-        if not args.json:
-            print(task.id, flush=True)
-        return await _wait(args, client, task)
+async def _submit(args: argparse.Namespace, client: CairnQ, payload: Any, metadata: Any) -> int:
+    try:
+        task = await client.submit(
+            args.name,
+            payload,
+            key=args.key,
+            queue=args.queue,
+            conflict=args.conflict,
+            max_attempts=args.max_attempts,
+            priority=args.priority,
+            metadata=metadata,
+            delay_ms=args.delay_ms,
+        )
+    except (AlreadyExists, QueueFull) as exc:
+        raise CliError(str(exc)) from exc
+    except (SerializationError, ValueError, TypeError) as exc:  # the arguments' fault
+        raise CliError(f"cannot submit: {exc}", EXIT_USAGE) from exc
+    if not args.wait:
+        if args.json:
+            emit_json(task_dict(task))
+        else:
+            print(task.id)
+        return EXIT_OK
+    if not args.json:
+        print(task.id, flush=True)
+    return await _wait(args, client, task)
 
 
 async def _wait(args: argparse.Namespace, client: CairnQ, task: Task) -> int:
@@ -298,59 +314,53 @@ async def _wait(args: argparse.Namespace, client: CairnQ, task: Task) -> int:
 
 def run_get(args: argparse.Namespace) -> int:
     task_id, key = _subject(args)
+    task = with_client(args, lambda client: _find(client, task_id, key))
+    if task is None:
+        raise CliError(_not_found(task_id, key))
+    if args.json:
+        emit_json(task_dict(task))
+    else:
+        _print_task(task)
+    return EXIT_OK
 
-    async def go() -> int:
-        async with open_client(args, create=False) as client:
-            task = await (client.get(task_id) if task_id is not None else client.get_by_key(key))  # type: ignore[arg-type]
-        if task is None:
-            raise CliError(_not_found(task_id, key))
-        if args.json:
-            emit_json(task_dict(task))
-        else:
-            _print_task(task)
-        return EXIT_OK
 
-    return asyncio.run(go())
+def _find(client: CairnQ, task_id: str | None, key: str | None) -> Awaitable[Task | None]:
+    return client.get(task_id) if task_id is not None else client.get_by_key(key)  # type: ignore[arg-type]
 
 
 def run_list(args: argparse.Namespace) -> int:
-    async def go() -> int:
-        async with open_client(args, create=False) as client:
-            tasks = await client.list(
-                status=args.status,
-                queue=args.queue,
-                name=args.name,
-                limit=args.limit,
-                offset=args.offset,
-            )
-        if args.json:
-            emit_json([task_dict(t) for t in tasks])
-        else:
-            _print_tasks(tasks)
-        return EXIT_OK
-
-    return asyncio.run(go())
+    tasks = with_client(
+        args,
+        lambda client: client.list(
+            status=args.status,
+            queue=args.queue,
+            name=args.name,
+            limit=args.limit,
+            offset=args.offset,
+        ),
+    )
+    if args.json:
+        emit_json([task_dict(t) for t in tasks])
+    else:
+        _print_tasks(tasks)
+    return EXIT_OK
 
 
 def run_stats(args: argparse.Namespace) -> int:
-    async def go() -> int:
-        async with open_client(args, create=False) as client:
-            stats = await client.stats(args.queue)
-        if args.json:
-            emit_json(stats)
-            return EXIT_OK
-        if not stats:
-            print("no tasks")
-            return EXIT_OK
-        headers = ("QUEUE",) + tuple(s.upper() for s in STATUSES) + ("TOTAL",)
-        rows = [
-            (q,) + tuple(counts.get(s, 0) for s in STATUSES) + (sum(counts.values()),)
-            for q, counts in sorted(stats.items())
-        ]
-        print("\n".join(table(headers, rows, right=range(1, len(headers)))))
+    stats = with_client(args, lambda client: client.stats(args.queue))
+    if args.json:
+        emit_json(stats)
         return EXIT_OK
-
-    return asyncio.run(go())
+    if not stats:
+        print("no tasks")
+        return EXIT_OK
+    headers = ("QUEUE",) + tuple(s.upper() for s in STATUSES) + ("TOTAL",)
+    rows = [
+        (q,) + tuple(counts.get(s, 0) for s in STATUSES) + (sum(counts.values()),)
+        for q, counts in sorted(stats.items())
+    ]
+    print("\n".join(table(headers, rows, right=range(1, len(headers)))))
+    return EXIT_OK
 
 
 def _print_changed(args: argparse.Namespace, task: Task) -> None:
@@ -364,7 +374,7 @@ def _print_changed(args: argparse.Namespace, task: Task) -> None:
 
 
 async def _explain_none(client: CairnQ, task_id: str | None, key: str | None, allowed: str) -> str:
-    found = await (client.get(task_id) if task_id is not None else client.get_by_key(key))  # type: ignore[arg-type]
+    found = await _find(client, task_id, key)
     if found is None:
         return _not_found(task_id, key)
     return f"task {found.id} is {found.status}; {allowed}"
@@ -373,66 +383,57 @@ async def _explain_none(client: CairnQ, task_id: str | None, key: str | None, al
 def run_cancel(args: argparse.Namespace) -> int:
     task_id, key = _subject(args)
 
-    async def go() -> int:
-        async with open_client(args, create=False) as client:
-            if task_id is not None:
-                task = await client.cancel(task_id)
-            else:
-                task = await client.cancel_by_key(key)  # type: ignore[arg-type]
-            if task is None:
-                raise CliError(
-                    await _explain_none(
-                        client, task_id, key, "only queued or running tasks can be canceled"
-                    )
-                )
-        _print_changed(args, task)
-        return EXIT_OK
+    async def cancel(client: CairnQ) -> Task:
+        if task_id is not None:
+            task = await client.cancel(task_id)
+        else:
+            task = await client.cancel_by_key(key)  # type: ignore[arg-type]
+        if task is None:
+            allowed = "only queued or running tasks can be canceled"
+            raise CliError(await _explain_none(client, task_id, key, allowed))
+        return task
 
-    return asyncio.run(go())
+    _print_changed(args, with_client(args, cancel))
+    return EXIT_OK
 
 
 def run_retry(args: argparse.Namespace) -> int:
     task_id, key = _subject(args)
 
-    async def go() -> int:
-        async with open_client(args, create=False) as client:
-            if task_id is not None:
-                task = await client.retry(task_id, reset_attempt=args.reset_attempt)
-            else:
-                task = await client.retry_by_key(key, reset_attempt=args.reset_attempt)  # type: ignore[arg-type]
-            if task is None:
-                raise CliError(
-                    await _explain_none(
-                        client, task_id, key, "only failed or canceled tasks can be retried"
-                    )
-                )
-        _print_changed(args, task)
-        return EXIT_OK
+    async def retry(client: CairnQ) -> Task:
+        if task_id is not None:
+            task = await client.retry(task_id, reset_attempt=args.reset_attempt)
+        else:
+            task = await client.retry_by_key(key, reset_attempt=args.reset_attempt)  # type: ignore[arg-type]
+        if task is None:
+            allowed = "only failed or canceled tasks can be retried"
+            raise CliError(await _explain_none(client, task_id, key, allowed))
+        return task
 
-    return asyncio.run(go())
+    _print_changed(args, with_client(args, retry))
+    return EXIT_OK
 
 
 def run_purge(args: argparse.Namespace) -> int:
-    async def go() -> int:
+    async def purge(client: CairnQ) -> int:
         total = 0
-        started = time.monotonic()
-        async with open_client(args, create=False) as client:
-            while True:
-                ids = await client.purge(
-                    older_than_ms=args.older_than_ms,
-                    queue=args.queue,
-                    status=args.status,
-                    name=args.name,
-                    limit=args.limit,
-                )
-                total += len(ids)
-                if not args.all or len(ids) < args.limit:
-                    break
-        if args.json:
-            emit_json({"purged": total})
-        else:
-            print(total)
-        log.info("purged %d tasks in %.2fs", total, time.monotonic() - started)
-        return EXIT_OK
+        while True:
+            ids = await client.purge(
+                older_than_ms=args.older_than_ms,
+                queue=args.queue,
+                status=args.status,
+                name=args.name,
+                limit=args.limit,
+            )
+            total += len(ids)
+            if not args.all or len(ids) < args.limit:
+                return total
 
-    return asyncio.run(go())
+    started = time.monotonic()
+    total = with_client(args, purge)
+    if args.json:
+        emit_json({"purged": total})
+    else:
+        print(total)
+    log.info("purged %d tasks in %.2fs", total, time.monotonic() - started)
+    return EXIT_OK

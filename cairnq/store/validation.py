@@ -132,3 +132,69 @@ def validate_purge_input(*, older_than_ms: int, status: str | None, limit: int) 
     check_int("limit", limit, minimum=1, maximum=INT64_MAX)
     if status is not None and status not in _TERMINAL:
         raise ValueError(f"status must be terminal, got {status!r}; expected one of {TERMINAL}")
+
+
+# -- the worker's arguments (Worker, its registry) ----------------------------------
+# Refused at construction what would otherwise fail later, on every claim or
+# settlement; each argument by name, in 0.15.1's words where it checked at all.
+
+
+def check_max_run_ms(value: Any) -> None:
+    """None, or a positive int (0.15.1's order and words)."""
+    if value is not None:
+        check_int("max_run_ms", value)
+        if value <= 0:
+            raise ValueError(f"max_run_ms must be > 0, got {value}")
+
+
+def check_capacities(resources: Any) -> dict[str, int]:
+    """``resources=``: None, or a dict of resource name -> capacity >= 1."""
+    from collections.abc import Mapping
+
+    capacities: dict[str, int] = {}
+    if resources is None:
+        return capacities
+    if not isinstance(resources, Mapping):
+        raise TypeError(
+            f"resources must be a dict of name -> capacity, got {type(resources).__name__}"
+        )
+    for resource, capacity in resources.items():
+        if not isinstance(resource, str):
+            raise TypeError(f"resources keys must be str, got {type(resource).__name__}")
+        check_int(f"resources[{resource!r}]", capacity, minimum=1)
+        capacities[resource] = capacity
+    return capacities
+
+
+def check_worker_store(store: Any) -> None:
+    """A store object, not the path of one."""
+    import os
+
+    if isinstance(store, (str, bytes, os.PathLike)):
+        raise TypeError(
+            f"store must be a TaskStore, got {type(store).__name__} "
+            "(for a file path use Worker.sqlite(path))"
+        )
+
+
+def check_queue_names(queues: Any) -> list[str]:
+    """A worker's ``queues``: a non-empty list of non-empty names."""
+    if isinstance(queues, str):
+        raise TypeError("queues must be a list of queue names, not a str")
+    names: list[str] = list(queues)
+    if not names or not all(isinstance(q, str) and q for q in names):
+        raise ValueError(f"queues must be non-empty names, got {names!r}")
+    return names
+
+
+def check_ints(ranges: Sequence[tuple[str, Any, int, int | None]]) -> None:
+    """``(name, value, minimum, maximum)`` for each optional int: None passes."""
+    for what, value, minimum, maximum in ranges:
+        if value is not None:
+            check_int(what, value, minimum=minimum, maximum=maximum)
+
+
+def check_callable(what: str, value: Any) -> None:
+    """None, or something callable."""
+    if value is not None and not callable(value):
+        raise TypeError(f"{what} must be callable, got {type(value).__name__}")

@@ -13,7 +13,7 @@ from typing import Awaitable, Callable, Optional, Sequence
 
 from cairnq.models import Task
 from cairnq.store.base import ClaimDraw
-from cairnq.worker.registry import Registration, Registry, Source
+from cairnq.worker.registry import Registration, Registry, ClaimSource
 
 __all__ = ["Call", "ClaimPlanner"]
 
@@ -41,7 +41,7 @@ class ClaimPlanner:
         """The plan for this poll. ``in_use(resource)`` counts the calls in flight
         holding a resource."""
         registry = self._registry
-        sources = registry.sources
+        sources = registry.claim_sources
         if sources:
             start = self._start % len(sources)
             self._start = start + 1
@@ -73,7 +73,7 @@ class ClaimPlanner:
 
     def _quota(
         self,
-        source: Source,
+        source: ClaimSource,
         left: int,
         in_use: Callable[[str], int],
         drawn: dict[str, int],

@@ -21,11 +21,23 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
+from cairnq import events
 from cairnq._backoff import fail_delay_ms
-from cairnq.context import TaskContext
+from cairnq.context import (
+    RUN_TIMED,
+    TaskContext,
+    mark_abandoned,
+    mark_completed,
+    mark_failed,
+    mark_lease_lost,
+    mark_settled,
+    mark_started,
+    report_lease_gone,
+)
 from cairnq.errors import (
     LostLease,
     SerializationError,
@@ -36,13 +48,20 @@ from cairnq.errors import (
 from cairnq.worker.registry import Registration
 from cairnq.worker.store_port import StorePort
 
-__all__ = ["Settings", "run_call", "no_handler"]
+__all__ = ["CallSettings", "run_call", "no_handler"]
 
 Report = Callable[[BaseException, dict[str, Any]], None]
 
+_BATCH_SETTLED = events.channel("batch.settled")
+_LEASE_LOST = events.channel("task.lease_lost")
+_clock = time.perf_counter
+_new_tuple = tuple.__new__
+
 
 @dataclass(frozen=True)
-class Settings:
+class CallSettings:
+    """What running and settling a call needs from its worker."""
+
     port: StorePort
     retry_backoff_ms: int
     retry_backoff_max_ms: int
@@ -55,14 +74,15 @@ class _Timeout:
 
 
 async def run_call(
-    settings: Settings,
+    settings: CallSettings,
     reg: Registration,
     contexts: list[TaskContext],
-    returned: Callable[[], None],
+    handler_done: Callable[[], None],
 ) -> None:
     """Run the handler for ``contexts`` and settle every task it left unsettled.
-    ``returned()`` is called as soon as the handler is done, before settling:
+    ``handler_done()`` is called as soon as the handler is done, before settling:
     the call no longer counts against the worker's concurrency from there."""
+    started = mark_started(contexts) if RUN_TIMED.on else None
     try:
         if settings.max_run_ms is None and reg.is_async and reg.style != "batch":
             ctx = contexts[0]  # the common shape, without the general path's frames
@@ -70,12 +90,16 @@ async def run_call(
         else:
             outcome = await _invoke(settings, reg, contexts)
         raised: Optional[BaseException] = None
-    except LostLease:
-        returned()
+    except LostLease as exc:
+        handler_done()
+        if _LEASE_LOST.on or _BATCH_SETTLED.on:
+            _report_dropped(reg, contexts, started, exc)
         return  # we no longer own these tasks: write nothing
     except Exception as exc:  # the handler failed: settled below
         outcome, raised = None, exc
-    returned()
+    handler_done()
+    if started is not None and reg.style == "batch" and _BATCH_SETTLED.on:
+        _report_batch(settings, reg, contexts, started, raised, outcome)
     if raised is None and reg.style != "batch" and outcome is not _Timeout:
         ctx = contexts[0]
         if not ctx.settled:
@@ -84,7 +108,7 @@ async def run_call(
     await _settle(settings, reg, contexts, outcome, raised)
 
 
-async def _invoke(settings: Settings, reg: Registration, contexts: list[TaskContext]) -> Any:
+async def _invoke(settings: CallSettings, reg: Registration, contexts: list[TaskContext]) -> Any:
     if reg.style == "batch":
         args: tuple[Any, ...] = (contexts,)
     elif reg.style == "ctx_payload":
@@ -101,7 +125,7 @@ async def _invoke(settings: Settings, reg: Registration, contexts: list[TaskCont
     # first so its writes are refused locally, then abandon it (a thread running
     # a plain-def handler cannot be stopped; only its result is ignored).
     for ctx in contexts:
-        ctx._mark_lease_lost()
+        mark_abandoned(ctx)
     handler.cancel()
     handler.add_done_callback(_consume)
     return _Timeout
@@ -122,7 +146,7 @@ def _consume(task: "asyncio.Future[Any]") -> None:
 
 
 async def _settle(
-    settings: Settings,
+    settings: CallSettings,
     reg: Registration,
     contexts: list[TaskContext],
     outcome: Any,
@@ -159,6 +183,41 @@ async def _settle(
         await _each(settings, leftovers, lambda ctx: _complete(settings, ctx, outcome))
 
 
+def _report_dropped(
+    reg: Registration, contexts: list[TaskContext], started: Optional[float], exc: LostLease
+) -> None:
+    """The handler raised LostLease: events for what the worker will not write."""
+    for ctx in contexts:
+        report_lease_gone(ctx)
+    if started is not None and reg.style == "batch" and _BATCH_SETTLED.on:
+        _BATCH_SETTLED.emit(_batch_event(reg, contexts, started, exc))
+
+
+def _report_batch(
+    settings: CallSettings,
+    reg: Registration,
+    contexts: list[TaskContext],
+    started: float,
+    raised: Optional[BaseException],
+    outcome: Any,
+) -> None:
+    if raised is None and outcome is _Timeout:
+        raised = TimeoutError(
+            f"batch handler for {reg.name!r} exceeded max_run_ms={settings.max_run_ms}ms"
+        )
+    _BATCH_SETTLED.emit(_batch_event(reg, contexts, started, raised))
+
+
+def _batch_event(
+    reg: Registration, contexts: list[TaskContext], started: float, error: Optional[BaseException]
+) -> events.BatchEvent:
+    first, run_s = contexts[0], _clock() - started
+    return _new_tuple(
+        events.BatchEvent,
+        ("batch.settled", reg.name, first.queue, len(contexts), first.worker_id, run_s, error),
+    )
+
+
 def _not_a_batch_result(reg: Registration, outcome: Any) -> TypeError:
     return TypeError(
         f"batch handler for {reg.name!r} returned {type(outcome).__name__}; "
@@ -167,7 +226,7 @@ def _not_a_batch_result(reg: Registration, outcome: Any) -> TypeError:
 
 
 async def _each(
-    settings: Settings,
+    settings: CallSettings,
     contexts: list[TaskContext],
     settle: Callable[[TaskContext], Any],
 ) -> None:
@@ -177,7 +236,9 @@ async def _each(
         await asyncio.gather(*(_guarded(settings, ctx, settle) for ctx in contexts))
 
 
-async def _guarded(settings: Settings, ctx: TaskContext, settle: Callable[[TaskContext], Any]) -> None:
+async def _guarded(
+    settings: CallSettings, ctx: TaskContext, settle: Callable[[TaskContext], Any]
+) -> None:
     """A settlement's failure is reported, never raised: the worker goes on."""
     try:
         await settle(ctx)
@@ -185,7 +246,7 @@ async def _guarded(settings: Settings, ctx: TaskContext, settle: Callable[[TaskC
         settings.report(exc, {"phase": "execute", "task_id": ctx.task_id})
 
 
-async def _complete(settings: Settings, ctx: TaskContext, result: Any) -> None:
+async def _complete(settings: CallSettings, ctx: TaskContext, result: Any) -> None:
     if ctx.lost_lease:
         return
     try:
@@ -200,13 +261,14 @@ async def _complete(settings: Settings, ctx: TaskContext, result: Any) -> None:
         await _fail(settings, ctx, envelope, False)
         return
     except LostLease:
-        ctx._mark_lease_lost()
+        mark_lease_lost(ctx)
         return
-    ctx._observe_cancel(status == "canceled")
-    ctx._mark_settled()
+    mark_completed(ctx, status)
 
 
-async def _fail(settings: Settings, ctx: TaskContext, envelope: dict[str, Any], retryable: bool) -> None:
+async def _fail(
+    settings: CallSettings, ctx: TaskContext, envelope: dict[str, Any], retryable: bool
+) -> None:
     delay = fail_delay_ms(
         ctx.attempt,
         retryable=retryable,
@@ -214,17 +276,21 @@ async def _fail(settings: Settings, ctx: TaskContext, envelope: dict[str, Any], 
         max_ms=settings.retry_backoff_max_ms,
     )
     try:
-        await settings.port.fail(ctx.task_id, envelope, retryable=retryable, delay_ms=delay)
+        answer = await settings.port.fail(
+            ctx.task_id, envelope, retryable=retryable, delay_ms=delay
+        )
     except LostLease:
-        pass  # somebody else owns it now; their outcome stands
-    ctx._mark_settled()
+        report_lease_gone(ctx)  # somebody else owns it now; their outcome stands
+        mark_settled(ctx)
+        return
+    mark_failed(ctx, answer, envelope, retryable)
 
 
 async def no_handler(
-    settings: Settings, contexts: list[TaskContext], returned: Callable[[], None]
+    settings: CallSettings, contexts: list[TaskContext], handler_done: Callable[[], None]
 ) -> None:
     """A claimed name with no handler (unregistered mid-run): fail it for good."""
-    returned()
+    handler_done()
     for ctx in contexts:
         envelope = error_envelope(
             type="NoHandler",

@@ -1,6 +1,6 @@
 """One heartbeat loop for every lease a worker holds.
 
-Each beat renews all live leases with a single ``heartbeat_batch``,
+Each round renews all live leases with a single ``heartbeat_batch``,
 however many calls and batches they belong to. An id missing from the reply
 lost its lease (unless it was settled meanwhile) and only that context is
 flagged; a cancel flag in the reply is recorded on its context. The loop runs
@@ -10,7 +10,11 @@ while there are leases and stops when there are none.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+
+from cairnq import events
+from cairnq.context import mark_cancel_requested, mark_lease_lost
 
 if TYPE_CHECKING:
     from cairnq.context import TaskContext
@@ -19,6 +23,10 @@ if TYPE_CHECKING:
 __all__ = ["Heartbeats"]
 
 Report = Callable[[BaseException, dict[str, Any]], None]
+
+_HEARTBEAT = events.channel("heartbeat")
+_clock = time.perf_counter
+_new_tuple = tuple.__new__
 
 
 class Heartbeats:
@@ -53,9 +61,9 @@ class Heartbeats:
     async def _run(self) -> None:
         while self._live:
             await asyncio.sleep(self._interval_s)
-            await self.beat()
+            await self.renew_now()
 
-    async def beat(self) -> None:
+    async def renew_now(self) -> None:
         """Renew every live lease now."""
         live = self._live
         for task_id in [i for i, c in live.items() if c.settled or c.lost_lease]:
@@ -64,13 +72,17 @@ class Heartbeats:
             return
         sent = list(live.items())
         ids = [task_id for task_id, _ in sent]
+        began = _clock() if _HEARTBEAT.on else None
         try:
             beats = await self._port.beat(ids)
         except Exception as exc:
             self._report(exc, {"phase": "execute", "task_id": ids[0]})
+            if began is not None:
+                _report_round(sent[0][1].worker_id, began, len(ids), 0, 0, exc)
             return
+        lost = 0
         for task_id, ctx in sent:
-            # The reply is about the attempt that was live when the beat was
+            # The reply is about the attempt that was live when the round was
             # sent. If that attempt ended meanwhile (a retryable failure) and
             # the task was claimed again, its id is missing from the reply
             # without the new attempt having lost anything: leave it alone.
@@ -78,7 +90,29 @@ class Heartbeats:
                 continue
             cancel = beats.get(task_id)
             if cancel is not None:
-                ctx._observe_cancel(cancel)
+                if cancel:
+                    mark_cancel_requested(ctx)
             elif not ctx.settled:  # settled meanwhile is fine; otherwise it is gone
-                ctx._mark_lease_lost()
+                mark_lease_lost(ctx)
                 del live[task_id]
+                lost += 1
+        if began is not None:
+            cancel_requested = sum(1 for flag in beats.values() if flag)
+            _report_round(sent[0][1].worker_id, began, len(ids), lost, cancel_requested, None)
+
+
+def _report_round(
+    worker_id: str,
+    began: float,
+    leases: int,
+    lost: int,
+    cancel_requested: int,
+    error: Optional[BaseException],
+) -> None:
+    if _HEARTBEAT.on:  # still: a handler may have unsubscribed meanwhile
+        _HEARTBEAT.emit(
+            _new_tuple(
+                events.HeartbeatEvent,
+                ("heartbeat", worker_id, leases, lost, cancel_requested, _clock() - began, error),
+            )
+        )

@@ -1,4 +1,9 @@
-"""Running a worker as a process (``serve``) or beside other work (``background``)."""
+"""Running a worker as a process (``serve``) or beside other work (``background``).
+
+Works on anything that runs, stops and closes like a worker (``Runnable``),
+so it needs nothing from ``worker.py``; whether the store is closed at the
+end is the caller's word (``close_store``: the worker built its store).
+"""
 
 from __future__ import annotations
 
@@ -6,19 +11,29 @@ import asyncio
 import contextlib
 import logging
 import signal
-from typing import TYPE_CHECKING, AsyncIterator, Optional
-
-if TYPE_CHECKING:
-    from cairnq.worker.worker import Worker
+from typing import AsyncIterator, Optional, Protocol, TypeVar
 
 log = logging.getLogger("cairnq.worker")
 
-__all__ = ["serve", "background"]
+__all__ = ["Runnable", "serve", "background"]
+
+
+class Runnable(Protocol):
+    """What serve() and background() need of a worker."""
+
+    async def run(self, *, concurrency: Optional[int] = None) -> None: ...
+
+    def stop(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+R = TypeVar("R", bound=Runnable)
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def serve(worker: Worker, concurrency: Optional[int]) -> None:
+def serve(worker: Runnable, concurrency: Optional[int], *, close_store: bool) -> None:
     """``asyncio.run`` the worker with signal handling; see ``Worker.serve``."""
     try:
         asyncio.get_running_loop()
@@ -26,22 +41,22 @@ def serve(worker: Worker, concurrency: Optional[int]) -> None:
         pass
     else:
         raise RuntimeError("Worker.serve() blocks; inside a running loop use `await worker.run()`")
-    asyncio.run(_serve(worker, concurrency))
+    asyncio.run(_serve(worker, concurrency, close_store))
 
 
-async def _serve(worker: Worker, concurrency: Optional[int]) -> None:
+async def _serve(worker: Runnable, concurrency: Optional[int], close_store: bool) -> None:
     loop = asyncio.get_running_loop()
     installed = _install_handlers(loop, worker)
     try:
         await worker.run(concurrency=concurrency)
     finally:
         _remove_handlers(loop, installed)
-        if worker._owns_store:
+        if close_store:
             with contextlib.suppress(Exception):
                 await worker.close()
 
 
-def _install_handlers(loop: asyncio.AbstractEventLoop, worker: Worker) -> list[signal.Signals]:
+def _install_handlers(loop: asyncio.AbstractEventLoop, worker: Runnable) -> list[signal.Signals]:
     installed: list[signal.Signals] = []
 
     def first_signal(sig: signal.Signals) -> None:
@@ -68,7 +83,9 @@ def _remove_handlers(loop: asyncio.AbstractEventLoop, installed: list[signal.Sig
 
 
 @contextlib.asynccontextmanager
-async def background(worker: Worker, concurrency: Optional[int]) -> AsyncIterator[Worker]:
+async def background(
+    worker: R, concurrency: Optional[int], *, close_store: bool
+) -> AsyncIterator[R]:
     """Run the worker as a task for the duration of the block.
 
     On exit: stop, wait for the run to end, close the store if the worker built
@@ -92,7 +109,7 @@ async def background(worker: Worker, concurrency: Optional[int]) -> AsyncIterato
             pass
         except Exception as exc:
             run_error = exc
-        if worker._owns_store:
+        if close_store:
             with contextlib.suppress(Exception):
                 await worker.close()
         if run_error is not None:

@@ -1,6 +1,6 @@
 """Handler registrations and the claim sources they imply.
 
-A *source* is one draw per poll: a name that sizes itself (``batch=``,
+A *claim source* is one draw per poll: a name that sizes itself (``batch=``,
 ``resource=`` or its own ``concurrency=``) draws on its own, so its quota can
 be counted in its own units; every other name shares one draw.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Optional
+from typing import Any, Callable, Literal, Optional
 
 from cairnq.store.validation import check_int, check_text
 
-__all__ = ["Registration", "Source", "Registry", "Handler", "CallStyle"]
+__all__ = ["Registration", "ClaimSource", "Registry", "Handler", "CallStyle"]
 
 Handler = Callable[..., Any]
 CallStyle = Literal["batch", "ctx_payload", "ctx"]
@@ -72,7 +72,7 @@ class Registration:
 
 
 @dataclass(frozen=True)
-class Source:
+class ClaimSource:
     names: tuple[str, ...]
     batch: int
     resources: tuple[str, ...]
@@ -81,20 +81,12 @@ class Source:
 class Registry:
     """Names to handlers, plus resource capacities (per worker process)."""
 
-    def __init__(self, resources: Optional[dict[str, int]]) -> None:
-        self.capacities: dict[str, int] = {}
-        if resources is not None and not isinstance(resources, Mapping):
-            raise TypeError(
-                f"resources must be a dict of name -> capacity, got {type(resources).__name__}"
-            )
-        for resource, capacity in (resources or {}).items():
-            if not isinstance(resource, str):
-                raise TypeError(f"resources keys must be str, got {type(resource).__name__}")
-            check_int(f"resources[{resource!r}]", capacity, minimum=1)
-            self.capacities[resource] = capacity
+    def __init__(self, capacities: dict[str, int]) -> None:
+        """``capacities``: resource name -> units, as ``check_capacities`` returns them."""
+        self.capacities = dict(capacities)
         self.declared = tuple(sorted(self.capacities))  # what resource= may name
         self.by_name: dict[str, Registration] = {}
-        self.sources: tuple[Source, ...] = ()
+        self.claim_sources: tuple[ClaimSource, ...] = ()
         self.names: tuple[str, ...] = ()
 
     def register(
@@ -132,14 +124,14 @@ class Registry:
         self._rebuild()
 
     def _rebuild(self) -> None:
-        own: list[Source] = []
+        own: list[ClaimSource] = []
         shared: list[str] = []
         for reg in self.by_name.values():
             if reg.batch is not None or reg.resources:
-                own.append(Source((reg.name,), reg.chunk, reg.resources))
+                own.append(ClaimSource((reg.name,), reg.chunk, reg.resources))
             else:
                 shared.append(reg.name)
         if shared:
-            own.append(Source(tuple(shared), 1, ()))
-        self.sources = tuple(own)
+            own.append(ClaimSource(tuple(shared), 1, ()))
+        self.claim_sources = tuple(own)
         self.names = tuple(self.by_name)

@@ -102,8 +102,8 @@ class StorePort:
 
     async def fail(
         self, task_id: str, error: dict[str, Any], *, retryable: bool, delay_ms: int
-    ) -> None:
-        await self.store.fail(
+    ) -> Any:
+        return await self.store.fail(
             task_id=task_id,
             worker_id=self._worker_id,
             error=error,

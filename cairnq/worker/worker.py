@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections import Counter
 from typing import Any, AsyncContextManager, Callable, Optional, Sequence, TypeVar, Union, overload
@@ -23,13 +22,22 @@ from typing import Any, AsyncContextManager, Callable, Optional, Sequence, TypeV
 from cairnq._backoff import DEFAULT_RETRY_BACKOFF_MAX_MS, DEFAULT_RETRY_BACKOFF_MS
 from cairnq._ids import new_id
 from cairnq.backpressure import DEFAULT_MAX_WAIT_MS, QueueDepthLimit
-from cairnq.context import TaskContext
+from cairnq import events
+from cairnq.context import TaskContext, report_claimed
 from cairnq.models import TaskDef
 from cairnq.store.base import TaskStore
-from cairnq.store.validation import DURATION_MS_MAX, check_int
+from cairnq.store.validation import (
+    DURATION_MS_MAX,
+    check_callable,
+    check_capacities,
+    check_ints,
+    check_max_run_ms,
+    check_queue_names,
+    check_worker_store,
+)
 from cairnq.worker import lifecycle
 from cairnq.worker.claims import Call, ClaimPlanner
-from cairnq.worker.execution import Settings, no_handler, run_call
+from cairnq.worker.execution import CallSettings, no_handler, run_call
 from cairnq.worker.heartbeat import Heartbeats
 from cairnq.worker.registry import Handler, Registry
 from cairnq.worker.store_port import StorePort
@@ -41,32 +49,27 @@ __all__ = ["Worker", "OnError", "CLAIM_ERROR_BACKOFF_S"]
 OnError = Callable[[BaseException, dict[str, Any]], None]
 CLAIM_ERROR_BACKOFF_S = 0.25
 F = TypeVar("F", bound=Callable[..., Any])
+_CLAIMED = events.channel("task.claimed")
 
 
 def _check_arguments(
     store: Any,
     queues: Any,
+    max_run_ms: Any,
+    resources: Any,
     on_error: Any,
     ints: Sequence[tuple[str, Any, int, Optional[int]]],
-) -> list[str]:
-    """Refuse at construction what would otherwise fail later, on every claim
-    or settlement (each argument by name). Returns the queues as a list."""
-    if isinstance(store, (str, bytes, os.PathLike)):
-        raise TypeError(
-            f"store must be a TaskStore, got {type(store).__name__} "
-            "(for a file path use Worker.sqlite(path))"
-        )
-    if isinstance(queues, str):
-        raise TypeError("queues must be a list of queue names, not a str")
-    names: list[str] = list(queues)
-    if not names or not all(isinstance(q, str) and q for q in names):
-        raise ValueError(f"queues must be non-empty names, got {names!r}")
-    for what, value, minimum, maximum in ints:
-        if value is not None:
-            check_int(what, value, minimum=minimum, maximum=maximum)
-    if on_error is not None and not callable(on_error):
-        raise TypeError(f"on_error must be callable, got {type(on_error).__name__}")
-    return names
+) -> tuple[list[str], dict[str, int]]:
+    """Every argument check, in 0.15.1's order where it checked at all
+    (max_run_ms, then resources). Returns the queues as a list and the
+    resources' capacities."""
+    check_max_run_ms(max_run_ms)
+    capacities = check_capacities(resources)
+    check_worker_store(store)
+    names = check_queue_names(queues)
+    check_ints(ints)
+    check_callable("on_error", on_error)
+    return names, capacities
 
 
 class Worker:
@@ -98,18 +101,8 @@ class Worker:
         claim_batch: Optional[int] = None,
         max_in_flight_bytes: Optional[int] = None,
     ) -> None:
-        # In 0.15.1's order and words where it checks at all (max_run_ms, then
-        # resources); the backpressure gate goes on the store last, so a
-        # refused Worker leaves the store as it found it.
-        if max_run_ms is not None:
-            check_int("max_run_ms", max_run_ms)
-            if max_run_ms <= 0:
-                raise ValueError(f"max_run_ms must be > 0, got {max_run_ms}")
-        registry = Registry(resources)  # validates capacities
-        queues = _check_arguments(
-            store,
-            queues,
-            on_error,
+        queues, capacities = _check_arguments(
+            store, queues, max_run_ms, resources, on_error,
             (
                 ("concurrency", concurrency, 1, None),
                 ("lease_ms", lease_ms, 1, DURATION_MS_MAX),
@@ -121,10 +114,12 @@ class Worker:
                 ("claim_batch", claim_batch, 1, None),
                 ("max_in_flight_bytes", max_in_flight_bytes, 1, None),
             ),
-        )
+        )  # fmt: skip
+        # Last, so a refused Worker leaves the store as it found it.
         if max_queue_depth is not None:
             store.use_backpressure(max_queue_depth, max_queue_wait_ms=max_queue_wait_ms)
 
+        # Settings, as given.
         self._store = store
         self._queues = queues
         self._concurrency = concurrency
@@ -137,18 +132,27 @@ class Worker:
         self._max_in_flight_bytes = max_in_flight_bytes
         self._heartbeat_interval_ms = heartbeat_interval_ms or max(50, lease_ms // 3)
         self._worker_id = new_id("worker")
+        self._owns_store = False  # set by the factories that build the store
+
+        self._wire(Registry(capacities), claim_batch)
+        self._init_run_state()
+
+    def _wire(self, registry: Registry, claim_batch: Optional[int]) -> None:
+        """The parts the claim loop drives: handlers, claim plans, the store
+        port, and what a call needs to run and settle."""
         self._registry = registry
         self._planner = ClaimPlanner(registry, claim_batch)
-        self._owns_store = False
-        self._port = StorePort(store, self._worker_id, lease_ms)
-        self._settings = Settings(
+        self._port = StorePort(self._store, self._worker_id, self._lease_ms)
+        self._call_settings = CallSettings(
             port=self._port,
-            retry_backoff_ms=retry_backoff_ms,
-            retry_backoff_max_ms=retry_backoff_max_ms,
-            max_run_ms=max_run_ms,
+            retry_backoff_ms=self._retry_backoff_ms,
+            retry_backoff_max_ms=self._retry_backoff_max_ms,
+            max_run_ms=self._max_run_ms,
             report=self._report,
         )
 
+    def _init_run_state(self) -> None:
+        """What a run keeps as it goes (each run() sets up its own events)."""
         self._stopping = False
         self._stop_event: asyncio.Event | None = None
         self._calls: set[asyncio.Task[None]] = set()  # every call, until settled
@@ -312,18 +316,18 @@ class Worker:
     def serve(self, *, concurrency: Optional[int] = None) -> None:
         """Run in this process until SIGINT/SIGTERM (the first drains, a second
         one acts as usual); closes the store if the worker built it."""
-        lifecycle.serve(self, concurrency)
+        lifecycle.serve(self, concurrency, close_store=self._owns_store)
 
     def background(self, *, concurrency: Optional[int] = None) -> AsyncContextManager["Worker"]:
         """``async with worker.background():`` runs the worker beside other work."""
-        return lifecycle.background(self, concurrency)
+        return lifecycle.background(self, concurrency, close_store=self._owns_store)
 
     # -- the claim loop --------------------------------------------------------------
 
     async def _poll_loop(self, limit: int) -> None:
         stop = self._stop_event
         assert stop is not None and self._call_done is not None
-        told = False  # the store just told of new work: claim without probing
+        news_of_work = False  # the store just told of new work: claim without probing
         probe_due = 0.0  # ... unless a probe (it also finds expired leases) is due
         while not self._stopping:
             free = limit - self._running
@@ -333,16 +337,16 @@ class Worker:
                 self._call_done.clear()
                 await self._first_of(self._call_done.wait(), stop.wait())
                 continue
-            if not self._registry.sources:
+            if not self._registry.claim_sources:
                 await self._idle(resource_wake=False)
                 continue
-            probe = not told or time.monotonic() >= probe_due
-            told = False
+            probe = not news_of_work or time.monotonic() >= probe_due
+            news_of_work = False
             try:
                 plan = self._planner.plan(free, self._in_use.__getitem__)
                 calls, probed = await self._port.claim(
                     self._queues, self._registry.names, plan,
-                    probe=probe, single_draw=len(self._registry.sources) == 1,
+                    probe=probe, single_draw=len(self._registry.claim_sources) == 1,
                 )  # fmt: skip
             except Exception as exc:
                 self._report(exc, {"phase": "claim"})
@@ -360,10 +364,10 @@ class Worker:
                 # came back short, and slots are left): wait for news of work
                 # rather than probe at once. Only where news is pushed: a
                 # notification that lands meanwhile is kept for the wait.
-                told = await self._idle(resource_wake=True)
+                news_of_work = await self._idle(resource_wake=True)
 
     async def _idle(self, *, resource_wake: bool) -> bool:
-        """Sleep until there may be work; True when the store told of some."""
+        """Sleep until there may be work; True on news of work from the store."""
         assert self._stop_event is not None and self._call_done is not None
         wake = asyncio.ensure_future(self._port.wake(self._queues, self._poll_interval_ms))
         waits: list[Any] = [wake, self._stop_event.wait()]
@@ -402,7 +406,7 @@ class Worker:
 
     def _dispatch(self, call: Call) -> None:
         reg, tasks = call
-        settings = self._settings
+        settings = self._call_settings
         contexts = [
             TaskContext(
                 self._store,
@@ -414,29 +418,33 @@ class Worker:
             )
             for task in tasks
         ]
+        if _CLAIMED.on:
+            report_claimed(contexts)
         held = reg.resources if reg is not None else ()
         for resource in held:
             self._in_use[resource] += 1
         size = self._payload_bytes(tasks)
         self._in_flight_bytes += size
         self._running += 1
-        returned = self._returned_once()
+        handler_done = self._handler_done_once()
         if reg is not None:
             assert self._heartbeats is not None
             self._heartbeats.hold(contexts)
-            work = run_call(settings, reg, contexts, returned)
+            work = run_call(settings, reg, contexts, handler_done)
         else:
-            work = no_handler(settings, contexts, returned)
+            work = no_handler(settings, contexts, handler_done)
         task = asyncio.get_running_loop().create_task(work)
         self._calls.add(task)
-        task.add_done_callback(lambda t: self._finished(t, contexts, held, size, returned))
+        task.add_done_callback(
+            lambda t: self._finished(t, contexts, held, size, handler_done)
+        )
 
-    def _returned_once(self) -> Callable[[], None]:
+    def _handler_done_once(self) -> Callable[[], None]:
         """The call's "handler is done" signal (its settlement may still be on
         its way): frees its concurrency slot, once."""
         pending = True
 
-        def returned() -> None:
+        def handler_done() -> None:
             nonlocal pending
             if pending:
                 pending = False
@@ -444,7 +452,7 @@ class Worker:
                 if self._call_done is not None:
                     self._call_done.set()
 
-        return returned
+        return handler_done
 
     def _finished(
         self,
@@ -452,9 +460,9 @@ class Worker:
         contexts: list[TaskContext],
         held: Sequence[str],
         size: int,
-        returned: Callable[[], None],
+        handler_done: Callable[[], None],
     ) -> None:
-        returned()  # in case the call ended before its handler did (cancelled)
+        handler_done()  # in case the call ended before its handler did (cancelled)
         self._calls.discard(task)
         for resource in held:
             self._in_use[resource] -= 1
