@@ -31,7 +31,7 @@ __all__ = ["StorePort"]
 # can patch a class).
 _DRIVERS = (TaskStore, SQLiteStore, PostgresStore)
 _STOCK: dict[str, tuple[Any, ...]] = {
-    name: tuple(cls.__dict__[name] for cls in _DRIVERS if name in cls.__dict__)
+    name: tuple({getattr(cls, name) for cls in _DRIVERS})
     for name in ("claim_session", "complete", "heartbeat_batch")
 }
 _NO_ATTRIBUTES: dict[str, Any] = {}

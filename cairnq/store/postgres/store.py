@@ -16,7 +16,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Optional
 
 from cairnq._sql import Statement, load_migrations, load_statements
 from cairnq.errors import SchemaMismatch
-from cairnq.store.base import Fetch, PushReason, TaskStore, check_protocol_version
+from cairnq.store.base import TaskStore, check_protocol_version
+from cairnq.store.driver import Emit, Fetch
 from cairnq.store.pg_pool import check_schema_name, create_pool_executor
 from cairnq.store.postgres.batcher import PgWriteBatcher
 from cairnq.store.postgres.listener import DONE_CHANNEL, QUEUED_CHANNEL, Listener
@@ -348,9 +349,7 @@ class PostgresStore(TaskStore):
             return False
         return await listener.wait_done(task_id, timeout_ms / 1000)
 
-    async def _watch_push(
-        self, emit: Callable[[PushReason, Optional[str], Optional[str]], None]
-    ) -> Optional[Callable[[], None]]:
+    async def _watch_push(self, emit: Emit) -> Optional[Callable[[], None]]:
         await self._connected()
         if self._listener is None:
             return None

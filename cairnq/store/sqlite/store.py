@@ -16,7 +16,8 @@ from cairnq._sql import Statement, load_migrations, load_statements
 from cairnq._speedups import dumps, encode_ids
 from cairnq.errors import DatabaseReplaced, StoreClosed
 from cairnq.models import TASK_COLUMNS
-from cairnq.store.base import Fetch, TaskStore
+from cairnq.store.base import TaskStore
+from cairnq.store.driver import Fetch
 from cairnq.store.sqlite.engine import SqliteEngine
 from cairnq.store.sqlite.opening import (
     SYNCHRONOUS_MODES,
@@ -24,6 +25,7 @@ from cairnq.store.sqlite.opening import (
     open_connection,
     refresh_statistics,
 )
+from cairnq.store.validation import check_busy_timeout_ms, check_choice
 
 log = logging.getLogger("cairnq.store")
 
@@ -141,12 +143,9 @@ class SQLiteStore(TaskStore):
     def __init__(
         self, path: str, *, busy_timeout_ms: int = 5_000, synchronous: str | None = None
     ) -> None:
-        if synchronous is not None and synchronous.lower() not in SYNCHRONOUS_MODES:
-            raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, got {synchronous!r}")
-        if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int):
-            raise TypeError("busy_timeout_ms must be an int")
-        if busy_timeout_ms < 0:
-            raise ValueError(f"busy_timeout_ms must be >= 0, got {busy_timeout_ms}")
+        if synchronous is not None:
+            check_choice("synchronous", synchronous, SYNCHRONOUS_MODES)
+        check_busy_timeout_ms(busy_timeout_ms)
         self.path = str(path)
         self.busy_timeout_ms = busy_timeout_ms
         self.synchronous = synchronous.lower() if synchronous else None
