@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Optional
 
 from cairnq._sql import Statement, load_migrations, load_statements
 from cairnq.errors import SchemaMismatch
 from cairnq.store.base import TaskStore, check_protocol_version
 from cairnq.store.driver import Emit, Fetch
+from cairnq.store.ports import is_own, register_own
 from cairnq.store.pg_pool import check_schema_name, create_pool_executor
 from cairnq.store.postgres.batcher import PgWriteBatcher
 from cairnq.store.postgres.listener import DONE_CHANNEL, QUEUED_CHANNEL, Listener
@@ -258,27 +259,27 @@ class PostgresStore(TaskStore):
     # -- the driver seam ---------------------------------------------------------
 
     async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
-        return await self._send(name, params, batched=True)
+        return await self._send(name, params, grouped=True)
 
     def _lone_draw_fetch(self) -> Fetch:
         # A lone claim draw commits in one round trip on its own; inside
-        # BEGIN ... COMMIT it takes three.
-        return self._fetch_unqueued
+        # BEGIN ... COMMIT it takes three. A wrapped _fetch sees it too.
+        return self._fetch_alone if is_own(self, "_fetch") else self._fetch
 
-    async def _fetch_unqueued(self, name: str, params: dict[str, Any]) -> list[Any]:
-        """A write on its own, in autocommit, sent at once: not queued behind
-        a batch of settlements in flight, so a claim overlaps them."""
-        return await self._send(name, params, batched=False)
+    async def _fetch_alone(self, name: str, params: dict[str, Any]) -> list[Any]:
+        """A write alone, in autocommit, sent at once: not grouped behind
+        the settlements in flight, so a claim overlaps them."""
+        return await self._send(name, params, grouped=False)
 
-    async def _send(self, name: str, params: dict[str, Any], *, batched: bool) -> list[Any]:
-        """``batched``: a write joins the group commit of the writes issued
+    async def _send(self, name: str, params: dict[str, Any], *, grouped: bool) -> list[Any]:
+        """``grouped``: a write joins the group commit of the writes issued
         in the same loop turn (reads never wait for one)."""
         if self._executor is None:
             await self._connected()
         text, values = self._bind(name, params)
         read = self._statements[name].is_read
         try:
-            if read or not batched:
+            if read or not grouped:
                 assert self._rows is not None
                 return await self._rows(text, values)
             assert self._writes is not None
@@ -361,3 +362,12 @@ class PostgresStore(TaskStore):
                 emit("done", None, payload)
 
         return self._listener.subscribe(forward)
+
+
+register_own(PostgresStore)
+
+if TYPE_CHECKING:  # the driver satisfies the seam's protocol (checked by mypy)
+    from cairnq.store.driver import StoreDriver
+
+    def _is_driver(store: PostgresStore) -> StoreDriver:
+        return store

@@ -9,7 +9,7 @@ import re
 import time
 from operator import itemgetter
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from cairnq._ids import now_ms
 from cairnq._sql import Statement, load_migrations, load_statements
@@ -18,6 +18,7 @@ from cairnq.errors import DatabaseReplaced, StoreClosed
 from cairnq.models import TASK_COLUMNS
 from cairnq.store.base import TaskStore
 from cairnq.store.driver import Fetch
+from cairnq.store.ports import is_own, register_own
 from cairnq.store.sqlite.engine import SqliteEngine
 from cairnq.store.sqlite.opening import (
     SYNCHRONOUS_MODES,
@@ -260,8 +261,8 @@ class SQLiteStore(TaskStore):
 
     async def _fetch_deferred(self, name: str, params: dict[str, Any]) -> list[Any]:
         """Held for the next claim transaction to carry (see the engine)."""
-        if type(self)._fetch is not SQLiteStore._fetch:
-            # A subclass wraps _fetch: it sees every statement, these included
+        if not is_own(self, "_fetch"):
+            # _fetch is wrapped: it sees every statement, these included
             # (they then commit on their own).
             return await self._fetch(name, params)
         return await self._send(name, params, defer=True)
@@ -401,3 +402,12 @@ class SQLiteStore(TaskStore):
                 refresh_statistics(conn, self._statements)
         except Exception:  # best effort: busy, read-only file, ...
             log.debug("planner statistics refresh skipped", exc_info=True)
+
+
+register_own(SQLiteStore)
+
+if TYPE_CHECKING:  # the driver satisfies the seam's protocol (checked by mypy)
+    from cairnq.store.driver import StoreDriver
+
+    def _is_driver(store: SQLiteStore) -> StoreDriver:
+        return store
