@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import time
 from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Awaitable, Callable, Literal, Protocol, Sequence
 
+from cairnq.events import StatementEvent, channel
 from cairnq.errors import UnsupportedBackend
 
-__all__ = ["Fetch", "PushReason", "Emit", "StoreDriver", "DriverDefaults"]
+__all__ = ["Fetch", "PushReason", "Emit", "StoreDriver", "DriverDefaults", "STATEMENTS", "observed"]
 
 # Run one statement by name with its parameters; its rows.
 Fetch = Callable[[str, dict[str, Any]], Awaitable[builtins.list[Any]]]
@@ -40,6 +42,28 @@ Fetch = Callable[[str, dict[str, Any]], Awaitable[builtins.list[Any]]]
 # task that finished.
 PushReason = Literal["queued", "done"]
 Emit = Callable[[PushReason, "str | None", "str | None"], None]
+
+
+# Statement events (``cairnq.events``): a driver's statement-running functions
+# test ``STATEMENTS.on`` and, only then, run the statement through ``observed``.
+STATEMENTS = channel("statement")
+_perf_counter = time.perf_counter
+
+
+async def observed(
+    name: str, dialect: str, pending: Awaitable[builtins.list[Any]]
+) -> builtins.list[Any]:
+    """Await one statement's rows and report it (name, rows, time, error)."""
+    started = _perf_counter()
+    try:
+        rows = await pending
+    except BaseException as exc:
+        if STATEMENTS.on:
+            STATEMENTS.emit(StatementEvent("statement", name, dialect, 0, _perf_counter() - started, exc))
+        raise
+    if STATEMENTS.on:
+        STATEMENTS.emit(StatementEvent("statement", name, dialect, len(rows), _perf_counter() - started, None))
+    return rows
 
 
 class StoreDriver(Protocol):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Optio
 from cairnq._sql import Statement, load_migrations, load_statements
 from cairnq.errors import SchemaMismatch
 from cairnq.store.base import TaskStore, check_protocol_version
-from cairnq.store.driver import Emit, Fetch
+from cairnq.store.driver import STATEMENTS, Emit, Fetch, observed
 from cairnq.store.ports import is_own, register_own
 from cairnq.store.pg_pool import check_schema_name, create_pool_executor
 from cairnq.store.postgres.batcher import PgWriteBatcher
@@ -26,6 +26,9 @@ from cairnq.store.postgres.params import compile_template, positional_statement,
 from cairnq.store.postgres.rows import rows_of as _rows_of
 
 log = logging.getLogger("cairnq.store")
+
+DIALECT = "postgres"
+_STATEMENTS = STATEMENTS
 
 __all__ = ["PostgresStore"]
 
@@ -259,6 +262,8 @@ class PostgresStore(TaskStore):
     # -- the driver seam ---------------------------------------------------------
 
     async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
+        if _STATEMENTS.on:
+            return await observed(name, DIALECT, self._send(name, params, grouped=True))
         return await self._send(name, params, grouped=True)
 
     def _lone_draw_fetch(self) -> Fetch:
@@ -269,6 +274,8 @@ class PostgresStore(TaskStore):
     async def _fetch_alone(self, name: str, params: dict[str, Any]) -> list[Any]:
         """A write alone, in autocommit, sent at once: not grouped behind
         the settlements in flight, so a claim overlaps them."""
+        if _STATEMENTS.on:
+            return await observed(name, DIALECT, self._send(name, params, grouped=False))
         return await self._send(name, params, grouped=False)
 
     async def _send(self, name: str, params: dict[str, Any], *, grouped: bool) -> list[Any]:
@@ -313,9 +320,11 @@ class PostgresStore(TaskStore):
             async with executor.transaction() as session:
                 rows_of: Callable[..., Awaitable[list[Any]]] = _rows_of(session)
 
-                async def fetch(name: str, params: dict[str, Any]) -> list[Any]:
+                def fetch(name: str, params: dict[str, Any]) -> Awaitable[list[Any]]:
                     text, values = self._bind(name, params)
-                    return await rows_of(text, values)
+                    if _STATEMENTS.on:
+                        return observed(name, DIALECT, rows_of(text, values))
+                    return rows_of(text, values)
 
                 yield fetch, session
         except Exception as exc:

@@ -9,7 +9,7 @@ import re
 import time
 from operator import itemgetter
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from cairnq._ids import now_ms
 from cairnq._sql import Statement, load_migrations, load_statements
@@ -17,7 +17,7 @@ from cairnq._speedups import dumps, encode_ids
 from cairnq.errors import DatabaseReplaced, StoreClosed
 from cairnq.models import TASK_COLUMNS
 from cairnq.store.base import TaskStore
-from cairnq.store.driver import Fetch
+from cairnq.store.driver import STATEMENTS, Fetch, observed
 from cairnq.store.ports import is_own, register_own
 from cairnq.store.sqlite.engine import SqliteEngine
 from cairnq.store.sqlite.opening import (
@@ -41,6 +41,8 @@ CHANGE_POLL_MAX_S = 0.002
 # open (a stat(2); never per statement).
 FILE_CHECK_INTERVAL_S = 0.25
 _monotonic = time.monotonic
+DIALECT = "sqlite"
+_STATEMENTS = STATEMENTS
 
 # SQLite binds times resolved from the SDK clock at bind time; the base passes
 # relative values (the Postgres statements add them to the database clock).
@@ -257,6 +259,8 @@ class SQLiteStore(TaskStore):
     # -- the driver seam -----------------------------------------------------
 
     async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
+        if _STATEMENTS.on:
+            return await observed(name, DIALECT, self._send(name, params, defer=False))
         return await self._send(name, params, defer=False)
 
     async def _fetch_deferred(self, name: str, params: dict[str, Any]) -> list[Any]:
@@ -265,9 +269,13 @@ class SQLiteStore(TaskStore):
             # _fetch is wrapped: it sees every statement, these included
             # (they then commit on their own).
             return await self._fetch(name, params)
+        if _STATEMENTS.on:
+            return await observed(name, DIALECT, self._send(name, params, defer=True))
         return await self._send(name, params, defer=True)
 
     async def _send(self, name: str, params: dict[str, Any], *, defer: bool) -> list[Any]:
+        """Run one statement: the driver's only way to the engine outside a
+        transaction (``defer``: a deferred write)."""
         engine = self._engine
         if engine is None or self._closing:
             engine = await self._connected_or_closed()
@@ -297,13 +305,18 @@ class SQLiteStore(TaskStore):
         statements, binders, echoes = self._statements, self._binders, self._echoes
         async with engine.transaction() as run:
 
-            async def fetch(name: str, params: dict[str, Any]) -> list[Any]:
+            async def run_named(name: str, params: dict[str, Any]) -> list[Any]:
                 stmt = statements[name]
                 sql = stmt.specialize(params) if stmt.filters else stmt.text
                 bound = binders[name](params)
                 rows = await run(sql, bound)
                 echo = echoes.get(name)
                 return [echo(bound)] if echo is not None else rows
+
+            def fetch(name: str, params: dict[str, Any]) -> Awaitable[list[Any]]:
+                if _STATEMENTS.on:
+                    return observed(name, DIALECT, run_named(name, params))
+                return run_named(name, params)
 
             yield fetch
 
