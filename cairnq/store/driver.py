@@ -30,8 +30,8 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Awaitable, Callable, Literal, Protocol, Sequence
 
-from cairnq.events import StatementEvent, channel
 from cairnq.errors import UnsupportedBackend
+from cairnq.events import StatementEvent, channel
 
 __all__ = ["Fetch", "PushReason", "Emit", "StoreDriver", "DriverDefaults", "STATEMENTS", "observed"]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
 if TYPE_CHECKING:
+    from cairnq.store.base import TaskStore
     from cairnq.store.postgres.store import PostgresStore
     from cairnq.store.sqlite.store import SQLiteStore
-    from cairnq.store.base import TaskStore
 
 __all__ = ["sqlite_store", "postgres_store", "open_store"]
 

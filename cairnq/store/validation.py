@@ -17,6 +17,7 @@ Free text (a progress message) obeys the first two rules only.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Sequence
 
 from cairnq.models import STATUSES, TERMINAL
@@ -40,6 +41,9 @@ __all__ = [
     "check_list_window",
     "check_busy_timeout_ms",
     "check_choice",
+    "check_schema_name",
+    "PLAIN_IDENT",
+    "MAX_SCHEMA_BYTES",
     "validate_purge_input",
 ]
 
@@ -213,6 +217,33 @@ def check_choice(what: str, value: Any, choices: Sequence[str]) -> None:
     """``value`` (case-insensitive) is one of ``choices``."""
     if value.lower() not in choices:
         raise ValueError(f"{what} must be one of {choices}, got {value!r}")
+
+
+# PostgreSQL keeps the first NAMEDATALEN - 1 bytes of an identifier and
+# silently drops the rest: a longer name would create a different schema.
+MAX_SCHEMA_BYTES = 63
+PLAIN_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
+
+
+def check_schema_name(schema: str) -> None:
+    """A schema name must be a plain identifier (it is double-quoted, never
+    escaped), fit PostgreSQL's identifier length, and not be a system schema."""
+    if not isinstance(schema, str) or not PLAIN_IDENT.match(schema):
+        raise ValueError(
+            "schema must be a plain identifier (letters, digits, _ and $, not starting "
+            f"with a digit), got {schema!r}"
+        )
+    if len(schema) > MAX_SCHEMA_BYTES:
+        raise ValueError(
+            f"schema must be at most {MAX_SCHEMA_BYTES} characters (PostgreSQL truncates "
+            f"longer identifiers), got {len(schema)}: {schema!r}"
+        )
+    lowered = schema.lower()
+    if lowered == "information_schema" or lowered.startswith("pg_"):
+        raise ValueError(
+            f"schema {schema!r} is reserved for PostgreSQL's own catalogs "
+            "(information_schema and pg_*); choose another name"
+        )
 
 
 def validate_purge_input(*, older_than_ms: int, status: str | None, limit: int) -> None:

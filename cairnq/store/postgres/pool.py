@@ -15,46 +15,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from typing import Any, AsyncIterator, Callable, Optional, Sequence
 
 from cairnq.store.postgres.executor import ListenUnavailable
+from cairnq.store.validation import MAX_SCHEMA_BYTES as MAX_SCHEMA_BYTES
+from cairnq.store.validation import PLAIN_IDENT as PLAIN_IDENT
+from cairnq.store.validation import check_schema_name as check_schema_name
 
 log = logging.getLogger("cairnq.store")
 
 __all__ = ["create_pool_executor", "check_schema_name", "PLAIN_IDENT", "PoolExecutor"]
 
-PLAIN_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 CONNECT_TIMEOUT_S = 10
 HOT_CONNECTION_MAX_S = 60.0  # the kept connection goes back to the pool this often
 _warned_pure_python = False
-
-
-# PostgreSQL keeps the first NAMEDATALEN - 1 bytes of an identifier and
-# silently drops the rest: a longer name would create a different schema.
-MAX_SCHEMA_BYTES = 63
-
-
-def check_schema_name(schema: str) -> None:
-    """A schema name must be a plain identifier (it is double-quoted, never
-    escaped), fit PostgreSQL's identifier length, and not be a system schema."""
-    if not isinstance(schema, str) or not PLAIN_IDENT.match(schema):
-        raise ValueError(
-            "schema must be a plain identifier (letters, digits, _ and $, not starting "
-            f"with a digit), got {schema!r}"
-        )
-    if len(schema) > MAX_SCHEMA_BYTES:
-        raise ValueError(
-            f"schema must be at most {MAX_SCHEMA_BYTES} characters (PostgreSQL truncates "
-            f"longer identifiers), got {len(schema)}: {schema!r}"
-        )
-    lowered = schema.lower()
-    if lowered == "information_schema" or lowered.startswith("pg_"):
-        raise ValueError(
-            f"schema {schema!r} is reserved for PostgreSQL's own catalogs "
-            "(information_schema and pg_*); choose another name"
-        )
 
 
 def _import_psycopg() -> Any:

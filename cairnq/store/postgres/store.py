@@ -19,11 +19,12 @@ from cairnq.errors import SchemaMismatch
 from cairnq.store.base import TaskStore, check_protocol_version
 from cairnq.store.driver import STATEMENTS, Emit, Fetch, observed
 from cairnq.store.ports import is_own, register_own
-from cairnq.store.postgres.pool import check_schema_name, create_pool_executor
 from cairnq.store.postgres.batcher import PgWriteBatcher
 from cairnq.store.postgres.listener import DONE_CHANNEL, QUEUED_CHANNEL, Listener
 from cairnq.store.postgres.params import compile_template, positional_statement, selective_literal
+from cairnq.store.postgres.pool import create_pool_executor
 from cairnq.store.postgres.rows import rows_of as _rows_of
+from cairnq.store.validation import check_schema_name
 
 log = logging.getLogger("cairnq.store")
 

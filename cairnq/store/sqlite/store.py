@@ -7,13 +7,13 @@ import logging
 import os
 import re
 import time
-from operator import itemgetter
 from contextlib import asynccontextmanager
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from cairnq._ids import now_ms
-from cairnq._sql import Statement, load_migrations, load_statements
 from cairnq._speedups import dumps, encode_ids
+from cairnq._sql import Statement, load_migrations, load_statements
 from cairnq.errors import DatabaseReplaced, StoreClosed
 from cairnq.models import TASK_COLUMNS
 from cairnq.store.base import TaskStore
