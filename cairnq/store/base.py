@@ -42,7 +42,7 @@ from cairnq.store.ops.policies import install_gate_factory as install_gate_facto
 from cairnq.store.ops.reads import ReadOps
 from cairnq.store.ops.settle import SettleOps
 from cairnq.store.ops.submit import SubmitOps
-from cairnq.store.ports import register_own
+from cairnq.store.own import register_own
 from cairnq.store.validation import validate_purge_input
 
 __all__ = [

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional, Protocol, Sequence
 
 from cairnq.store.driver import Emit
+from cairnq.store.own import OWN_CHECKED, is_own, register_own
 
 if TYPE_CHECKING:
     from cairnq.models import TaskStatus
@@ -37,30 +38,6 @@ __all__ = [
     "register_own",
     "is_own",
 ]
-
-# The methods whose replacement switches a private path off, and for each
-# the functions cairnq defines for it (filled by ``register_own`` as each
-# store class is defined, before any user code can patch it).
-OWN_CHECKED = ("claim_session", "complete", "heartbeat_batch", "_fetch")
-_OWN: dict[str, tuple[Any, ...]] = {name: () for name in OWN_CHECKED}
-_NO_ATTRIBUTES: dict[str, Any] = {}
-
-
-def register_own(cls: type) -> None:
-    """Record ``cls``'s functions for the checked methods as cairnq's own
-    (called once per store class cairnq defines, at import)."""
-    for name in OWN_CHECKED:
-        function = getattr(cls, name, None)
-        if function is not None and function not in _OWN[name]:
-            _OWN[name] = (*_OWN[name], function)
-
-
-def is_own(store: object, name: str) -> bool:
-    """Whether ``store.<name>`` is cairnq's own, unwrapped and unreplaced."""
-    if name in getattr(store, "__dict__", _NO_ATTRIBUTES):
-        return False
-    return getattr(type(store), name, None) in _OWN[name]  # functions compare by identity
-
 
 class WatchPort(Protocol):
     """What ``watch`` needs: pushed news, and a wait for any change."""

@@ -18,7 +18,7 @@ from cairnq._sql import Statement, load_migrations, load_statements
 from cairnq.errors import SchemaMismatch
 from cairnq.store.base import TaskStore, check_protocol_version
 from cairnq.store.driver import STATEMENTS, Emit, Fetch, observed
-from cairnq.store.ports import is_own, register_own
+from cairnq.store.own import is_own, register_own
 from cairnq.store.postgres.batcher import PgWriteBatcher
 from cairnq.store.postgres.listener import DONE_CHANNEL, QUEUED_CHANNEL, Listener
 from cairnq.store.postgres.params import compile_template, positional_statement, selective_literal

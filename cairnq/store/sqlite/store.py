@@ -18,7 +18,7 @@ from cairnq.errors import DatabaseReplaced, StoreClosed
 from cairnq.models import TASK_COLUMNS
 from cairnq.store.base import TaskStore
 from cairnq.store.driver import STATEMENTS, Fetch, observed
-from cairnq.store.ports import is_own, register_own
+from cairnq.store.own import is_own, register_own
 from cairnq.store.sqlite.engine import SqliteEngine
 from cairnq.store.sqlite.opening import (
     SYNCHRONOUS_MODES,
