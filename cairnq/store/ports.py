@@ -8,13 +8,13 @@ Users wrap or replace store methods (on the instance, or in a subclass) for
 instrumentation and fault injection, and 0.15.1's worker goes through them:
 ``claim_session``, ``claim_wake``, ``complete``, ``fail``,
 ``heartbeat_batch``, and every statement through ``_fetch``. The worker port
-claims, settles and beats over private paths that skip work or defer
-statements; a private path is taken only while the public method it stands
-for is cairnq's own (``is_own``: not set on the instance, and resolving on
-the store's class to a function cairnq defines). Anything else gets the
-public method, with 0.15.1's keywords. Asked at every use (a dictionary
-lookup, an attribute lookup and a tuple membership test, no cache: a class
-patched while a worker runs is honoured from its next call too).
+claims, settles and beats over private paths that skip work or send
+statements deferred; a private path is taken only while the public method it
+stands for is cairnq's own (``own.is_own``: not set on the instance, and
+resolving on the store's class to a function cairnq defines). Anything else
+gets the public method, with 0.15.1's keywords. Asked at every use (a
+dictionary lookup, an attribute lookup and a tuple membership test; no cache,
+so a class patched while a worker runs is honoured from its next call too).
 """
 
 from __future__ import annotations

@@ -2,9 +2,11 @@
 heartbeats, progress, completion (one, many, or inside the caller's own
 transaction) and failure.
 
-The ``_*_batch`` / ``_complete_*_json`` forms take arguments already checked
-and encoded, and ``ride=True`` sends their statement deferred (see
-``driver.py``): the worker port uses them for the writes nobody awaits."""
+The ``_heartbeat_batch`` / ``_complete_*_json`` forms take arguments already
+checked and encoded; ``ride=True`` sends their statement deferred (see
+``driver.py``). The worker port uses them for the writes nobody awaits.
+(``ride`` is the one keyword not renamed to "deferred": tests that spy on
+these methods, as users may, read it by that name.)"""
 
 from __future__ import annotations
 

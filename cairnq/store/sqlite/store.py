@@ -260,8 +260,8 @@ class SQLiteStore(TaskStore):
 
     async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
         if _STATEMENTS.on:
-            return await observed(name, DIALECT, self._send(name, params, defer=False))
-        return await self._send(name, params, defer=False)
+            return await observed(name, DIALECT, self._send(name, params, deferred=False))
+        return await self._send(name, params, deferred=False)
 
     async def _fetch_deferred(self, name: str, params: dict[str, Any]) -> list[Any]:
         """Held for the next claim transaction to carry (see the engine)."""
@@ -270,12 +270,12 @@ class SQLiteStore(TaskStore):
             # (they then commit on their own).
             return await self._fetch(name, params)
         if _STATEMENTS.on:
-            return await observed(name, DIALECT, self._send(name, params, defer=True))
-        return await self._send(name, params, defer=True)
+            return await observed(name, DIALECT, self._send(name, params, deferred=True))
+        return await self._send(name, params, deferred=True)
 
-    async def _send(self, name: str, params: dict[str, Any], *, defer: bool) -> list[Any]:
+    async def _send(self, name: str, params: dict[str, Any], *, deferred: bool) -> list[Any]:
         """Run one statement: the driver's only way to the engine outside a
-        transaction (``defer``: a deferred write)."""
+        transaction (``deferred``: a deferred write)."""
         engine = self._engine
         if engine is None or self._closing:
             engine = await self._connected_or_closed()
@@ -288,8 +288,8 @@ class SQLiteStore(TaskStore):
             return await engine.read(sql, bound)
         echo = self._echoes.get(name)
         if echo is None:
-            return await engine.write(sql, bound, defer=defer)
-        await engine.write(sql, bound, defer=defer)
+            return await engine.write(sql, bound, defer=deferred)
+        await engine.write(sql, bound, defer=deferred)
         return [echo(bound)]
 
     async def _connected_or_closed(self) -> SqliteEngine:
@@ -324,8 +324,8 @@ class SQLiteStore(TaskStore):
 
     async def claim_wake(self, queues: list[str], timeout_ms: int) -> None:
         # The claim loop is going to sleep (its probe found nothing, or its
-        # sources are idle): settlements held back for its next claim to ride
-        # along with would wait for nothing. Send them now, and while it
+        # sources are idle): deferred writes held for its next claim
+        # transaction would wait for nothing. Send them now, and while it
         # sleeps send new ones at once.
         engine = await self._connected_or_closed()
         engine.flush_deferred()
