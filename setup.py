@@ -62,6 +62,7 @@ setup(
         "cairnq.store",
         "cairnq.store.sqlite",
         "cairnq.store.postgres",
+        "cairnq.store.ops",
         "cairnq.worker",
         "cairnq.cli",
         "cairnq._speedups",

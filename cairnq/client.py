@@ -11,6 +11,7 @@ from cairnq.errors import TaskCanceled, TaskFailed
 from cairnq.models import Task, TaskDef, TaskRef, TaskStatus, task_name
 from cairnq.retention import Retention, RetentionSweeper
 from cairnq.store.base import Conflict, TaskStore
+from cairnq.store.factory import postgres_store, sqlite_store
 from cairnq.watch import Watch
 
 __all__ = ["CairnQ"]
@@ -47,10 +48,8 @@ class CairnQ:
 
     @classmethod
     def sqlite(cls, path: str, *, busy_timeout_ms: int = 5_000, **kwargs: Any) -> "CairnQ":
-        from cairnq.store.sqlite import SQLiteStore
-
         synchronous = kwargs.pop("synchronous", None)
-        store = SQLiteStore(path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
+        store = sqlite_store(path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
         return cls(store, **kwargs)
 
     @classmethod
@@ -63,9 +62,7 @@ class CairnQ:
         schema: Optional[str] = None,
         **kwargs: Any,
     ) -> "CairnQ":
-        from cairnq.store.postgres import PostgresStore
-
-        store = PostgresStore(source, min_size=min_size, max_size=max_size, schema=schema)
+        store = postgres_store(source, min_size=min_size, max_size=max_size, schema=schema)
         return cls(store, **kwargs)
 
     @property

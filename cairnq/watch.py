@@ -24,8 +24,11 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Sequence
 
+from cairnq.store.ports import StoreWatchPort
+
 if TYPE_CHECKING:
-    from cairnq.store.base import PushReason, TaskStore
+    from cairnq.store.base import TaskStore
+    from cairnq.store.driver import PushReason
 
 log = logging.getLogger("cairnq.watch")
 
@@ -51,7 +54,7 @@ class Watch:
         queues: Optional[Sequence[str]],
         poll_ms: int,
     ) -> None:
-        self._store = store
+        self._port = StoreWatchPort(store)
         self._on_signal = on_signal
         self._queues = None if queues is None else frozenset(queues)
         self._poll_s = max(1, poll_ms) / 1000
@@ -90,10 +93,10 @@ class Watch:
         self._emit(WatchSignal(reason, queue=queue, task_id=task_id))
 
     async def _run(self) -> None:
-        unsubscribe = await self._store._watch_push(self._pushed)
+        unsubscribe = await self._port.watch_push(self._pushed)
         try:
             while True:
-                changed = await self._store._wait_for_change(self._poll_s)
+                changed = await self._port.wait_for_change(self._poll_s)
                 self._emit(WatchSignal("change" if changed else "poll"))
         finally:
             if unsubscribe is not None:

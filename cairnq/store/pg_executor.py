@@ -1,59 +1,14 @@
-"""The PostgreSQL executor seam: how ``PostgresStore`` reaches a database.
+"""Moved to ``cairnq.store.postgres.executor``; this path (0.15.1's) names
+the same module, so every name importable here before still is, and a name
+patched through either path is patched for both."""
 
-Applications may hand in their own executor (over any driver or pool); the
-store calls it only through these protocols: ``$n`` placeholder SQL with a
-positional value list, parameterless scripts through ``execute`` (simple query
-protocol), ``transaction()`` as an async context manager, and an optional
-``listen`` for push wakeups.
-"""
+import sys
 
-from __future__ import annotations
-
-from typing import Any, AsyncContextManager, Callable, Protocol, Sequence, runtime_checkable
+from cairnq.store.postgres import executor as _moved
+from cairnq.store.postgres.executor import ListenUnavailable as ListenUnavailable
+from cairnq.store.postgres.executor import PgExecutor as PgExecutor
+from cairnq.store.postgres.executor import PgSession as PgSession
 
 __all__ = ["PgSession", "PgExecutor", "ListenUnavailable"]
 
-
-# on_notify(channel, payload) of listen().
-ListenCallback = Callable[[str, "str | None"], None]
-
-
-class ListenUnavailable(Exception):
-    """LISTEN can never work on this executor (e.g. a transaction-mode pooler).
-
-    The store then stays a poller for this connection's lifetime. Deliberately
-    not a CairnQError: it is a capability report, not a failure.
-    """
-
-
-@runtime_checkable
-class PgSession(Protocol):
-    async def query(self, text: str, values: Sequence[Any]) -> list[Any]:
-        """One statement with $1..$n placeholders; rows indexable by column name."""
-        ...
-
-    async def execute(self, sql: str) -> None:
-        """Parameterless SQL, possibly several statements (simple query protocol)."""
-        ...
-
-
-@runtime_checkable
-class PgExecutor(PgSession, Protocol):
-    def transaction(self) -> AsyncContextManager[PgSession]:
-        """One connection, one transaction: commit on clean exit, roll back on error."""
-        ...
-
-    async def close(self) -> None:
-        """Release resources (called only for executors the store created)."""
-        ...
-
-    async def listen(
-        self, channels: Sequence[str], on_notify: ListenCallback, on_close: Callable[[], None]
-    ) -> Callable[[], None]:
-        """Optional: subscribe one dedicated connection to ``channels``; call
-        ``on_notify(channel, payload)`` per notification and ``on_close()`` if
-        the connection drops by itself; return a sync ``stop()``. Raise
-        ``ListenUnavailable`` when LISTEN can never work. The store looks it up
-        with getattr: an executor without it (or with only this declaration,
-        inherited) is polled instead."""
-        ...
+sys.modules[__name__] = _moved

@@ -16,6 +16,8 @@ Free text (a progress message) obeys the first two rules only.
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any, Sequence
 
 from cairnq.models import STATUSES, TERMINAL
@@ -32,6 +34,16 @@ __all__ = [
     "MAX_TEXT_BYTES",
     "check_status",
     "unique_names",
+    "check_submit",
+    "check_lease_ms",
+    "check_task_ids",
+    "check_progress",
+    "check_list_window",
+    "check_busy_timeout_ms",
+    "check_choice",
+    "check_schema_name",
+    "PLAIN_IDENT",
+    "MAX_SCHEMA_BYTES",
     "validate_purge_input",
 ]
 
@@ -125,6 +137,113 @@ def unique_names(values: Sequence[str], what: str) -> list[str]:
     for v in out:
         check_text(f"each of {what}", v)
     return out
+
+
+def check_submit(
+    conflict: Any,
+    conflicts: Sequence[str],
+    max_attempts: Any,
+    delay_ms: Any,
+    priority: Any,
+    name: Any,
+    queue: Any,
+    key: Any,
+    parent_id: Any,
+    root_id: Any,
+    correlation_id: Any,
+    metadata: Any,
+) -> None:
+    """Every argument of ``submit`` that reaches a column."""
+    if conflict not in conflicts:
+        raise ValueError(f"unknown conflict strategy: {conflict!r}; expected one of {tuple(conflicts)}")
+    # Exact-type fast path first: the full checks only run to explain a failure.
+    if not (
+        type(max_attempts) is int
+        and 1 <= max_attempts <= INT32_MAX
+        and type(delay_ms) is int
+        and 0 <= delay_ms <= DURATION_MS_MAX
+        and type(priority) is int
+        and INT32_MIN <= priority <= INT32_MAX
+    ):
+        check_int("max_attempts", max_attempts, minimum=1, maximum=INT32_MAX)
+        check_int("delay_ms", delay_ms, minimum=0, maximum=DURATION_MS_MAX)
+        check_int("priority", priority, minimum=INT32_MIN, maximum=INT32_MAX)
+    check_text("name", name)
+    check_text("queue", queue)
+    if key is not None or parent_id is not None or root_id is not None or correlation_id is not None:
+        check_text("key", key, optional=True, empty=True)  # keys are opaque: "" is one
+        check_text("parent_id", parent_id, optional=True)
+        check_text("root_id", root_id, optional=True)
+        check_text("correlation_id", correlation_id, optional=True)
+    if metadata is not None and not isinstance(metadata, dict):
+        raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
+
+
+def check_lease_ms(lease_ms: Any) -> None:
+    check_int("lease_ms", lease_ms, minimum=0, maximum=DURATION_MS_MAX)  # 0: expired at once
+
+
+def check_task_ids(task_ids: Any) -> None:
+    """A list of task ids (a lone str is a mistake, not a list of letters)."""
+    if isinstance(task_ids, str):
+        raise TypeError("task_ids must be a list of str, not a str")
+    for task_id in task_ids:
+        check_task_id(task_id, "each of task_ids")
+
+
+def check_progress(progress: Any) -> None:
+    if progress is not None:
+        if isinstance(progress, bool) or not isinstance(progress, (int, float)):
+            raise TypeError(f"progress must be a number, got {type(progress).__name__}")
+        if not math.isfinite(progress):
+            raise ValueError(f"progress must be finite, got {progress!r}")
+
+
+def check_list_window(limit: Any, offset: Any) -> None:
+    check_int("limit", limit, maximum=INT64_MAX)
+    check_int("offset", offset, maximum=INT64_MAX)
+    if limit < 0 or offset < 0:
+        raise ValueError(f"limit/offset must be >= 0, got limit={limit} offset={offset}")
+
+
+def check_busy_timeout_ms(busy_timeout_ms: Any) -> None:
+    if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int):
+        raise TypeError("busy_timeout_ms must be an int")
+    if busy_timeout_ms < 0:
+        raise ValueError(f"busy_timeout_ms must be >= 0, got {busy_timeout_ms}")
+
+
+def check_choice(what: str, value: Any, choices: Sequence[str]) -> None:
+    """``value`` (case-insensitive) is one of ``choices``."""
+    if value.lower() not in choices:
+        raise ValueError(f"{what} must be one of {choices}, got {value!r}")
+
+
+# PostgreSQL keeps the first NAMEDATALEN - 1 bytes of an identifier and
+# silently drops the rest: a longer name would create a different schema.
+MAX_SCHEMA_BYTES = 63
+PLAIN_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
+
+
+def check_schema_name(schema: str) -> None:
+    """A schema name must be a plain identifier (it is double-quoted, never
+    escaped), fit PostgreSQL's identifier length, and not be a system schema."""
+    if not isinstance(schema, str) or not PLAIN_IDENT.match(schema):
+        raise ValueError(
+            "schema must be a plain identifier (letters, digits, _ and $, not starting "
+            f"with a digit), got {schema!r}"
+        )
+    if len(schema) > MAX_SCHEMA_BYTES:
+        raise ValueError(
+            f"schema must be at most {MAX_SCHEMA_BYTES} characters (PostgreSQL truncates "
+            f"longer identifiers), got {len(schema)}: {schema!r}"
+        )
+    lowered = schema.lower()
+    if lowered == "information_schema" or lowered.startswith("pg_"):
+        raise ValueError(
+            f"schema {schema!r} is reserved for PostgreSQL's own catalogs "
+            "(information_schema and pg_*); choose another name"
+        )
 
 
 def validate_purge_input(*, older_than_ms: int, status: str | None, limit: int) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from cairnq.errors import LostLease
 
 if TYPE_CHECKING:
-    from cairnq.store.base import TaskStore
+    from cairnq.store.ports import WorkerPort
 
 __all__ = ["Completions"]
 
@@ -25,9 +25,8 @@ _Waiting = tuple[str, Optional[str], "asyncio.Future[str]"]
 
 
 class Completions:
-    def __init__(self, store: TaskStore, worker_id: str) -> None:
-        self._store = store
-        self._worker_id = worker_id
+    def __init__(self, port: WorkerPort) -> None:
+        self._port = port
         self._waiting: list[_Waiting] = []
         self._scheduled = False
 
@@ -35,7 +34,7 @@ class Completions:
         """Settle one task; returns its final status. Raises SerializationError
         (nothing written) or LostLease."""
         # Encoded by the store's own encoder: the same bytes complete() writes.
-        result_json = None if result is None else self._store._encode(result)
+        result_json = None if result is None else self._port.encode(result)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[str] = loop.create_future()
         self._waiting.append((task_id, result_json, future))
@@ -54,9 +53,9 @@ class Completions:
         results = [result_json for _, result_json, _ in waiting]
         try:
             if all(r == results[0] for r in results):
-                settled = await self._store._complete_many_json(ids, self._worker_id, results[0], ride=True)
+                settled = await self._port.complete_many_deferred(ids, results[0])
             else:
-                settled = await self._store._complete_each_json(ids, self._worker_id, results, ride=True)
+                settled = await self._port.complete_each_deferred(ids, results)
         except BaseException as exc:
             for _, _, future in waiting:
                 if not future.done():

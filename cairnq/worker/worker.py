@@ -26,6 +26,7 @@ from cairnq import events
 from cairnq.context import TaskContext, report_claimed
 from cairnq.models import TaskDef
 from cairnq.store.base import TaskStore
+from cairnq.store.factory import postgres_store, sqlite_store
 from cairnq.store.validation import (
     DURATION_MS_MAX,
     check_callable,
@@ -176,10 +177,8 @@ class Worker:
         busy_timeout_ms: int = 5_000,
         **kwargs: Any,
     ) -> "Worker":
-        from cairnq.store.sqlite import SQLiteStore
-
         synchronous = kwargs.pop("synchronous", None)
-        store = SQLiteStore(path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
+        store = sqlite_store(path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
         worker = cls(store, queues, concurrency=concurrency, lease_ms=lease_ms, **kwargs)
         worker._owns_store = True
         return worker
@@ -197,9 +196,7 @@ class Worker:
         schema: Optional[str] = None,
         **kwargs: Any,
     ) -> "Worker":
-        from cairnq.store.postgres import PostgresStore
-
-        store = PostgresStore(source, min_size=min_size, max_size=max_size, schema=schema)
+        store = postgres_store(source, min_size=min_size, max_size=max_size, schema=schema)
         worker = cls(store, queues, concurrency=concurrency, lease_ms=lease_ms, **kwargs)
         worker._owns_store = True
         return worker
@@ -302,7 +299,7 @@ class Worker:
             self._stop_event.set()
         self._call_done = asyncio.Event()
         self._heartbeats = Heartbeats(self._port, self._heartbeat_interval_ms, self._report)
-        unsubscribe = self._store._subscribe_survived(lambda exc: self._report(exc, {"phase": "store"}))
+        unsubscribe = self._port.subscribe_survived(lambda exc: self._report(exc, {"phase": "store"}))
         try:
             await self._store.connect()
             await self._poll_loop(limit)

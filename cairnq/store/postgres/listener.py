@@ -14,7 +14,7 @@ import asyncio
 import logging
 from typing import Any, Callable, Iterable, Optional
 
-from cairnq.store.pg_executor import ListenUnavailable, PgExecutor
+from cairnq.store.postgres.executor import ListenUnavailable, PgExecutor
 
 log = logging.getLogger("cairnq.store")
 

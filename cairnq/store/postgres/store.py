@@ -12,18 +12,24 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Optional
 
 from cairnq._sql import Statement, load_migrations, load_statements
 from cairnq.errors import SchemaMismatch
-from cairnq.store.base import Fetch, PushReason, TaskStore, check_protocol_version
-from cairnq.store.pg_pool import check_schema_name, create_pool_executor
+from cairnq.store.base import TaskStore, check_protocol_version
+from cairnq.store.driver import STATEMENTS, Emit, Fetch, observed
+from cairnq.store.own import is_own, register_own
 from cairnq.store.postgres.batcher import PgWriteBatcher
 from cairnq.store.postgres.listener import DONE_CHANNEL, QUEUED_CHANNEL, Listener
 from cairnq.store.postgres.params import compile_template, positional_statement, selective_literal
+from cairnq.store.postgres.pool import create_pool_executor
 from cairnq.store.postgres.rows import rows_of as _rows_of
+from cairnq.store.validation import check_schema_name
 
 log = logging.getLogger("cairnq.store")
+
+DIALECT = "postgres"
+_STATEMENTS = STATEMENTS
 
 __all__ = ["PostgresStore"]
 
@@ -229,27 +235,31 @@ class PostgresStore(TaskStore):
     # -- the driver seam ---------------------------------------------------------
 
     async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
-        return await self._send(name, params, batched=True)
+        if _STATEMENTS.on:
+            return await observed(name, DIALECT, self._send(name, params, grouped=True))
+        return await self._send(name, params, grouped=True)
 
     def _lone_draw_fetch(self) -> Fetch:
         # A lone claim draw commits in one round trip on its own; inside
-        # BEGIN ... COMMIT it takes three.
-        return self._fetch_unqueued
+        # BEGIN ... COMMIT it takes three. A wrapped _fetch sees it too.
+        return self._fetch_alone if is_own(self, "_fetch") else self._fetch
 
-    async def _fetch_unqueued(self, name: str, params: dict[str, Any]) -> list[Any]:
-        """A write on its own, in autocommit, sent at once: not queued behind
-        a batch of settlements in flight, so a claim overlaps them."""
-        return await self._send(name, params, batched=False)
+    async def _fetch_alone(self, name: str, params: dict[str, Any]) -> list[Any]:
+        """A write alone, in autocommit, sent at once: not grouped behind
+        the settlements in flight, so a claim overlaps them."""
+        if _STATEMENTS.on:
+            return await observed(name, DIALECT, self._send(name, params, grouped=False))
+        return await self._send(name, params, grouped=False)
 
-    async def _send(self, name: str, params: dict[str, Any], *, batched: bool) -> list[Any]:
-        """``batched``: a write joins the group commit of the writes issued
+    async def _send(self, name: str, params: dict[str, Any], *, grouped: bool) -> list[Any]:
+        """``grouped``: a write joins the group commit of the writes issued
         in the same loop turn (reads never wait for one)."""
         if self._executor is None:
             await self._connected()
         text, values = self._bind(name, params)
         read = self._statements[name].is_read
         try:
-            if read or not batched:
+            if read or not grouped:
                 assert self._rows is not None
                 return await self._rows(text, values)
             assert self._writes is not None
@@ -283,9 +293,11 @@ class PostgresStore(TaskStore):
             async with executor.transaction() as session:
                 rows_of: Callable[..., Awaitable[list[Any]]] = _rows_of(session)
 
-                async def fetch(name: str, params: dict[str, Any]) -> list[Any]:
+                def fetch(name: str, params: dict[str, Any]) -> Awaitable[list[Any]]:
                     text, values = self._bind(name, params)
-                    return await rows_of(text, values)
+                    if _STATEMENTS.on:
+                        return observed(name, DIALECT, rows_of(text, values))
+                    return rows_of(text, values)
 
                 yield fetch, session
         except Exception as exc:
@@ -320,9 +332,7 @@ class PostgresStore(TaskStore):
             return False
         return await listener.wait_done(task_id, timeout_ms / 1000)
 
-    async def _watch_push(
-        self, emit: Callable[[PushReason, Optional[str], Optional[str]], None]
-    ) -> Optional[Callable[[], None]]:
+    async def _watch_push(self, emit: Emit) -> Optional[Callable[[], None]]:
         await self._connected()
         if self._listener is None:
             return None
@@ -334,3 +344,12 @@ class PostgresStore(TaskStore):
                 emit("done", None, payload)
 
         return self._listener.subscribe(forward)
+
+
+register_own(PostgresStore)
+
+if TYPE_CHECKING:  # the driver satisfies the seam's protocol (checked by mypy)
+    from cairnq.store.driver import StoreDriver
+
+    def _is_driver(store: PostgresStore) -> StoreDriver:
+        return store

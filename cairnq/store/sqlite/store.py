@@ -6,15 +6,17 @@ import asyncio
 import logging
 import os
 import time
-from operator import itemgetter
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from cairnq._ids import now_ms
-from cairnq._sql import Statement, load_migrations, load_statements
 from cairnq._speedups import dumps, encode_ids
+from cairnq._sql import Statement, load_migrations, load_statements
 from cairnq.errors import DatabaseReplaced, StoreClosed
-from cairnq.store.base import Fetch, TaskStore
+from cairnq.store.base import TaskStore
+from cairnq.store.driver import STATEMENTS, Fetch, observed
+from cairnq.store.own import is_own, register_own
 from cairnq.store.sqlite.echo import row_echo
 from cairnq.store.sqlite.engine import SqliteEngine
 from cairnq.store.sqlite.opening import (
@@ -23,6 +25,7 @@ from cairnq.store.sqlite.opening import (
     open_connection,
     refresh_statistics,
 )
+from cairnq.store.validation import check_busy_timeout_ms, check_choice
 
 log = logging.getLogger("cairnq.store")
 
@@ -37,6 +40,8 @@ CHANGE_POLL_MAX_S = 0.002
 # open (a stat(2); never per statement).
 FILE_CHECK_INTERVAL_S = 0.25
 _monotonic = time.monotonic
+DIALECT = "sqlite"
+_STATEMENTS = STATEMENTS
 
 # SQLite binds times resolved from the SDK clock at bind time; the base passes
 # relative values (the Postgres statements add them to the database clock).
@@ -96,12 +101,9 @@ class SQLiteStore(TaskStore):
     def __init__(
         self, path: str, *, busy_timeout_ms: int = 5_000, synchronous: str | None = None
     ) -> None:
-        if synchronous is not None and synchronous.lower() not in SYNCHRONOUS_MODES:
-            raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, got {synchronous!r}")
-        if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int):
-            raise TypeError("busy_timeout_ms must be an int")
-        if busy_timeout_ms < 0:
-            raise ValueError(f"busy_timeout_ms must be >= 0, got {busy_timeout_ms}")
+        if synchronous is not None:
+            check_choice("synchronous", synchronous, SYNCHRONOUS_MODES)
+        check_busy_timeout_ms(busy_timeout_ms)
         self.path = str(path)
         self.busy_timeout_ms = busy_timeout_ms
         self.synchronous = synchronous.lower() if synchronous else None
@@ -212,17 +214,23 @@ class SQLiteStore(TaskStore):
     # -- the driver seam -----------------------------------------------------
 
     async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
-        return await self._send(name, params, defer=False)
+        if _STATEMENTS.on:
+            return await observed(name, DIALECT, self._send(name, params, deferred=False))
+        return await self._send(name, params, deferred=False)
 
     async def _fetch_deferred(self, name: str, params: dict[str, Any]) -> list[Any]:
         """Held for the next claim transaction to carry (see the engine)."""
-        if type(self)._fetch is not SQLiteStore._fetch:
-            # A subclass wraps _fetch: it sees every statement, these included
+        if not is_own(self, "_fetch"):
+            # _fetch is wrapped: it sees every statement, these included
             # (they then commit on their own).
             return await self._fetch(name, params)
-        return await self._send(name, params, defer=True)
+        if _STATEMENTS.on:
+            return await observed(name, DIALECT, self._send(name, params, deferred=True))
+        return await self._send(name, params, deferred=True)
 
-    async def _send(self, name: str, params: dict[str, Any], *, defer: bool) -> list[Any]:
+    async def _send(self, name: str, params: dict[str, Any], *, deferred: bool) -> list[Any]:
+        """Run one statement: the driver's only way to the engine outside a
+        transaction (``deferred``: a deferred write)."""
         engine = self._engine
         if engine is None or self._closing:
             engine = await self._connected_or_closed()
@@ -235,8 +243,8 @@ class SQLiteStore(TaskStore):
             return await engine.read(sql, bound)
         echo = self._echoes.get(name)
         if echo is None:
-            return await engine.write(sql, bound, defer=defer)
-        await engine.write(sql, bound, defer=defer)
+            return await engine.write(sql, bound, defer=deferred)
+        await engine.write(sql, bound, defer=deferred)
         return [echo(bound)]
 
     async def _connected_or_closed(self) -> SqliteEngine:
@@ -252,7 +260,7 @@ class SQLiteStore(TaskStore):
         statements, binders, echoes = self._statements, self._binders, self._echoes
         async with engine.transaction() as run:
 
-            async def fetch(name: str, params: dict[str, Any]) -> list[Any]:
+            async def run_named(name: str, params: dict[str, Any]) -> list[Any]:
                 stmt = statements[name]
                 sql = stmt.specialize(params) if stmt.filters else stmt.text
                 bound = binders[name](params)
@@ -260,14 +268,19 @@ class SQLiteStore(TaskStore):
                 echo = echoes.get(name)
                 return [echo(bound)] if echo is not None else rows
 
+            def fetch(name: str, params: dict[str, Any]) -> Awaitable[list[Any]]:
+                if _STATEMENTS.on:
+                    return observed(name, DIALECT, run_named(name, params))
+                return run_named(name, params)
+
             yield fetch
 
     # -- wakeups: noticing changes without re-reading tables ------------------
 
     async def claim_wake(self, queues: list[str], timeout_ms: int) -> None:
         # The claim loop is going to sleep (its probe found nothing, or its
-        # sources are idle): settlements held back for its next claim to ride
-        # along with would wait for nothing. Send them now, and while it
+        # sources are idle): deferred writes held for its next claim
+        # transaction would wait for nothing. Send them now, and while it
         # sleeps send new ones at once.
         engine = await self._connected_or_closed()
         engine.flush_deferred()
@@ -357,3 +370,12 @@ class SQLiteStore(TaskStore):
                 refresh_statistics(conn, self._statements)
         except Exception:  # best effort: busy, read-only file, ...
             log.debug("planner statistics refresh skipped", exc_info=True)
+
+
+register_own(SQLiteStore)
+
+if TYPE_CHECKING:  # the driver satisfies the seam's protocol (checked by mypy)
+    from cairnq.store.driver import StoreDriver
+
+    def _is_driver(store: SQLiteStore) -> StoreDriver:
+        return store

@@ -1,0 +1,292 @@
+"""The built-in PostgreSQL executor: a psycopg 3 connection pool.
+
+Implements the ``PgExecutor`` seam (``$n`` placeholders through psycopg's raw
+cursor, scripts over the simple query protocol, ``transaction()``, ``listen``)
+plus two fast paths the store uses when present: ``_query_raw`` (rows as
+tuples) and ``_write_batch`` (several statements in one transaction, sent in
+pipeline mode: one round trip and one commit for all of them).
+
+jsonb and json come back as text: the store decodes JSON itself (the same
+exact decoder as on SQLite), so the wire-form probe finds text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any, AsyncIterator, Callable, Optional, Sequence
+
+from cairnq.store.postgres.executor import ListenUnavailable
+from cairnq.store.validation import MAX_SCHEMA_BYTES as MAX_SCHEMA_BYTES
+from cairnq.store.validation import PLAIN_IDENT as PLAIN_IDENT
+from cairnq.store.validation import check_schema_name as check_schema_name
+
+log = logging.getLogger("cairnq.store")
+
+__all__ = ["create_pool_executor", "check_schema_name", "PLAIN_IDENT", "PoolExecutor"]
+
+CONNECT_TIMEOUT_S = 10
+HOT_CONNECTION_MAX_S = 60.0  # the kept connection goes back to the pool this often
+_warned_pure_python = False
+
+
+def _import_psycopg() -> Any:
+    try:
+        import psycopg
+        import psycopg_pool  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - exercised without the extra
+        raise RuntimeError(
+            "PostgreSQL support needs psycopg 3 and psycopg-pool: pip install 'cairnq[postgres]'"
+        ) from exc
+    global _warned_pure_python
+    if psycopg.pq.__impl__ == "python" and not _warned_pure_python:
+        _warned_pure_python = True
+        log.warning(
+            "psycopg is running its pure-Python implementation; install psycopg[c] "
+            "(needs libpq-dev) for the C one, which cairnq is tuned for"
+        )
+    return psycopg
+
+
+def _has_rows(cur: Any) -> bool:
+    # The result status, not cur.description: that builds a Column object per
+    # column on every access, a measurable cost on a 23-column row.
+    result = cur.pgresult
+    return result is not None and result.status == _TUPLES_OK
+
+
+_TUPLES_OK = 2  # psycopg.pq.ExecStatus.TUPLES_OK (an IntEnum); importing cairnq loads no driver
+
+
+_json_as_text: Any = None  # one loader class for the process, made on first use
+
+
+def _configure_adapters(conn: Any) -> None:
+    global _json_as_text
+    if _json_as_text is None:
+        from psycopg.adapt import Loader
+
+        class JsonAsText(Loader):
+            def load(self, data: Any) -> str:
+                return bytes(data).decode("utf-8")
+
+        _json_as_text = JsonAsText
+    conn.adapters.register_loader("jsonb", _json_as_text)
+    conn.adapters.register_loader("json", _json_as_text)
+
+
+class _Session:
+    """A PgSession over one psycopg connection (inside a transaction)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    async def query(self, text: str, values: Sequence[Any]) -> list[dict[str, Any]]:
+        cur = await self._run(text, values, True)
+        if not _has_rows(cur):
+            return []
+        names = [d.name for d in cur.description]
+        return [dict(zip(names, row)) for row in await cur.fetchall()]
+
+    async def _query_raw(
+        self, text: str, values: Sequence[Any], prepare: bool = True
+    ) -> list[tuple[Any, ...]]:
+        cur = await self._run(text, values, prepare)
+        return await cur.fetchall() if _has_rows(cur) else []
+
+    async def _run(self, text: str, values: Sequence[Any], prepare: bool) -> Any:
+        # prepare=False: the unnamed statement, planned with these very values.
+        cur = self._conn.cursor()
+        await cur.execute(text, values, prepare=None if prepare else False)
+        return cur
+
+    async def execute(self, sql: str) -> None:
+        # No parameters and never prepared: the simple query protocol, which
+        # takes several statements (and $$-quoted bodies) at once.
+        await self._conn.execute(sql, prepare=False)
+
+
+class PoolExecutor:
+    """``PgExecutor`` over a ``psycopg_pool.AsyncConnectionPool``."""
+
+    def __init__(self, pool: Any, dsn: str) -> None:
+        self._pool = pool
+        self._dsn = dsn
+        self._closing: set[asyncio.Task[None]] = set()  # listener connections on their way out
+        # One pooled connection kept checked out for lone statements (reads and
+        # autocommit writes): a round trip through the pool's checkout and
+        # return costs ~35 us more than the statement on this machine. Only
+        # when the pool has room for transactions besides it.
+        self._hot: Any = None
+        self._hot_since = 0.0
+        self._hot_busy = False
+        self._hot_enabled = pool.max_size >= 2
+
+    @property
+    def pool(self) -> Any:
+        return self._pool
+
+    async def query(self, text: str, values: Sequence[Any]) -> list[dict[str, Any]]:
+        async with self._pool.connection() as conn:
+            return await _Session(conn).query(text, values)
+
+    async def _query_raw(
+        self, text: str, values: Sequence[Any], prepare: bool = True
+    ) -> list[tuple[Any, ...]]:
+        """Rows as tuples. ``prepare=False`` plans the statement with these
+        values instead of reusing a prepared (possibly generic) plan."""
+        if self._hot_busy or not self._hot_enabled:
+            async with self._pool.connection() as conn:
+                return await _Session(conn)._query_raw(text, values, prepare)
+        self._hot_busy = True
+        try:
+            conn = self._hot
+            if conn is None or time.monotonic() - self._hot_since > HOT_CONNECTION_MAX_S:
+                await self._release_hot()
+                conn = self._hot = await self._pool.getconn()
+                self._hot_since = time.monotonic()
+            try:
+                return await _Session(conn)._query_raw(text, values, prepare)
+            except BaseException:
+                # Back to the pool, which checks it and drops it if it is broken.
+                await self._release_hot()
+                raise
+        finally:
+            self._hot_busy = False
+            if not self._hot_enabled:  # closed while this statement ran
+                await self._release_hot()
+
+    async def _release_hot(self) -> None:
+        conn, self._hot = self._hot, None
+        if conn is not None:
+            await self._pool.putconn(conn)
+
+    async def execute(self, sql: str) -> None:
+        async with self._pool.connection() as conn:
+            await _Session(conn).execute(sql)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[_Session]:
+        async with self._pool.connection() as conn:
+            async with conn.transaction():
+                yield _Session(conn)
+
+    async def _write_batch(
+        self, statements: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[list[tuple[Any, ...]]]:
+        """Run every statement in one transaction, pipelined: one round trip,
+        one commit. Any error aborts (and rolls back) the whole batch."""
+        async with self._pool.connection() as conn:
+            async with conn.transaction():
+                async with conn.pipeline():
+                    cursors = []
+                    for text, values in statements:
+                        cur = conn.cursor()
+                        await cur.execute(text, values)
+                        cursors.append(cur)
+                results = []
+                for cur in cursors:
+                    results.append(await cur.fetchall() if _has_rows(cur) else [])
+                return results
+
+    async def listen(
+        self,
+        channels: Sequence[str],
+        on_notify: Callable[[str, Optional[str]], None],
+        on_close: Callable[[], None],
+    ) -> Callable[[], None]:
+        psycopg = _import_psycopg()
+        # A connection of its own, outside the pool (channels are database-wide).
+        conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
+        try:
+            for channel in channels:
+                await conn.execute(f'listen "{channel}"')
+        except Exception as exc:
+            await conn.close()
+            raise ListenUnavailable(f"LISTEN is not available here: {exc}") from exc
+
+        stopped = False
+
+        async def consume() -> None:
+            try:
+                async for note in conn.notifies():
+                    on_notify(note.channel, note.payload)
+            except Exception:
+                log.debug("listener connection ended", exc_info=True)
+            finally:
+                if not stopped:
+                    on_close()
+
+        task = asyncio.get_running_loop().create_task(consume())
+
+        def stop() -> None:
+            nonlocal stopped
+            stopped = True
+            task.cancel()
+            closing = asyncio.get_running_loop().create_task(conn.close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+
+        return stop
+
+    async def _recover(self) -> None:
+        """After a connection error: test every idle pooled connection and
+        replace the dead ones (a server restart kills them all at once)."""
+        if not self._hot_busy:
+            await self._release_hot()
+        await self._pool.check()
+
+    async def close(self) -> None:
+        self._hot_enabled = False
+        if not self._hot_busy:
+            await self._release_hot()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+        await self._pool.close()
+
+
+async def create_pool_executor(
+    dsn: str, *, min_size: int = 1, max_size: int = 10, schema: Optional[str] = None
+) -> PoolExecutor:
+    """A pooled executor for ``dsn``; with ``schema``, every connection resolves
+    to that schema (created if absent)."""
+    if schema is not None:
+        check_schema_name(schema)
+    psycopg = _import_psycopg()
+    from psycopg_pool import AsyncConnectionPool
+
+    search_path = f'"{schema}"' if schema is not None else None
+    # One plain connection first: a wrong DSN or a server that is down fails
+    # here, at once and with the server's own message, instead of after the
+    # pool has retried in the background until its timeout.
+    probe = await psycopg.AsyncConnection.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S)
+    await probe.close()
+
+    async def configure(conn: Any) -> None:
+        _configure_adapters(conn)
+        if search_path is not None:
+            await conn.execute(f"set search_path to {search_path}")
+
+    pool = AsyncConnectionPool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs={
+            "autocommit": True,  # statements outside transactions commit on their own
+            "prepare_threshold": 0,  # the statement set is small and fixed: prepare at once
+            "cursor_factory": psycopg.AsyncRawCursor,  # $n placeholders as written
+        },
+        configure=configure,
+        open=False,
+    )
+    try:
+        await pool.open(wait=True, timeout=30)
+        if schema is not None:
+            async with pool.connection() as conn:
+                await conn.execute(f'create schema if not exists "{schema}"')
+    except BaseException:
+        await pool.close()
+        raise
+    return PoolExecutor(pool, dsn)
