@@ -41,7 +41,7 @@ def decode_task(row: Any, json_is_text: bool = True) -> Task:
 
     The column indices and kinds below are ``models.TASK_LAYOUT`` written
     out (a dict display is the fastest pure-Python build);
-    tests/test_row_layout.py holds them to it, column by column.
+    tests/store/test_row_layout.py holds them to it, column by column.
     """
     task = _new(Task)
     _setattr(

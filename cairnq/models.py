@@ -38,7 +38,7 @@ KIND_PLAIN, KIND_JSON, KIND_EPOCH_MS, KIND_REAL = 0, 1, 2, 3
 # The row layout, written once: cairnq_tasks' columns in the order migration
 # 0001 creates them (`select *` and `returning *` yield exactly this, in every
 # SDK's database), each with its kind. The row kernels (_speedups/rows*.py*)
-# and the echo of an insert derive from it; tests/test_row_layout.py holds it
+# and the echo of an insert derive from it; tests/store/test_row_layout.py holds it
 # to both dialects' migrated tables.
 TASK_LAYOUT: tuple[tuple[str, int], ...] = (
     ("id", KIND_PLAIN), ("name", KIND_PLAIN), ("queue", KIND_PLAIN), ("status", KIND_PLAIN),

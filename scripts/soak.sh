@@ -52,10 +52,10 @@ export CAIRNQ_TEST_TIMEOUT_S="${CAIRNQ_TEST_TIMEOUT_S:-7200}"
 env | grep -E '^CAIRNQ_(SOAK|CRASH|PG|MIXED|HUGE|PROP)_' | sort | sed 's/^/== /' || true
 # -s: each scenario prints its "[reliability] ... lost: n, duplicates: n, errors surfaced: n" line
 run_tests -s -q -rfEs \
-  "$ROOT/tests/test_reliability_contention.py" \
-  "$ROOT/tests/test_reliability_crashes.py" \
-  "$ROOT/tests/test_reliability_postgres_faults.py" \
-  "$ROOT/tests/test_reliability_bad_input.py" \
-  "$ROOT/tests/test_reliability_mixed_fleet.py" \
-  "$ROOT/tests/test_properties.py" \
+  "$ROOT/tests/reliability/test_reliability_contention.py" \
+  "$ROOT/tests/reliability/test_reliability_crashes.py" \
+  "$ROOT/tests/reliability/test_reliability_postgres_faults.py" \
+  "$ROOT/tests/reliability/test_reliability_bad_input.py" \
+  "$ROOT/tests/reliability/test_reliability_mixed_fleet.py" \
+  "$ROOT/tests/api/test_properties.py" \
   "$@"

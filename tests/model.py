@@ -2,7 +2,7 @@
 
 Written from OPERATIONS.md (§3 client operations, §4 worker operations, §4.10
 the summary state machine), independently of the library, so that a real store
-can be checked against it step by step (tests/test_properties.py).
+can be checked against it step by step (tests/api/test_properties.py).
 
 What is modelled, per task: status, attempt, max_attempts, priority, queue and
 name (claim filters), the owning worker (the ``worker_id`` column), whether a

@@ -3,7 +3,7 @@ and lost lease, a batch call's end, heartbeat rounds; their fields, the
 kind that follows from what the store answered, a failing handler, and no
 work at all while nobody listens.
 
-Conventions as in test_worker.py: short leases and poll intervals, events
+Conventions as in tests/worker/worker_kit.py: short leases and poll intervals, events
 for synchronisation, ``q.wait`` for terminal outcomes.
 """
 

@@ -60,7 +60,9 @@ async def _hog_the_loop(call: Callable[[], Awaitable[Any]]) -> float:
 
 
 @pytest.mark.parametrize("op", ["get", "submit", "list"])
-async def test_a_coroutine_looping_over_store_calls_lets_a_ticker_run(backend: Any, op: str) -> None:
+async def test_a_coroutine_looping_over_store_calls_lets_a_ticker_run(
+    backend: Any, op: str
+) -> None:
     q = backend.client()
     tasks = [await q.submit("seed", {"i": i}) for i in range(20)]
     call: Callable[[], Awaitable[Any]] = {
@@ -69,7 +71,9 @@ async def test_a_coroutine_looping_over_store_calls_lets_a_ticker_run(backend: A
         "list": lambda: q.list(limit=20),
     }[op]
     kept = await _hog_the_loop(call)
-    assert kept >= KEPT, f"the ticker ran in {kept:.0%} of its windows while another coroutine awaited {op}"
+    assert kept >= KEPT, (
+        f"the ticker ran in {kept:.0%} of its windows while another coroutine awaited {op}"
+    )
 
 
 # A handler that submits children in a loop for several lease lengths keeps

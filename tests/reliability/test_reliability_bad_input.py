@@ -14,7 +14,7 @@ What each case raises (the observed contract, asserted below):
 |                                                  |   nothing written, a refused result leaves the lease     |
 | NUL in a JSON string, SQLite                     | accepted, round-trips                                    |
 | NUL, a lone surrogate or more than 1,024 bytes   | ValueError naming the argument, on both dialects         |
-|   in a name/queue/key/id (tests/test_input_rules) |   (nothing written)                                      |
+|   in a name/queue/key/id (tests/api/test_input_rules) |   (nothing written)                                      |
 | lone surrogate in a JSON value                   | cairnq.SerializationError on both dialects               |
 | bad name/queue/key/metadata types                | TypeError; empty name/queue: ValueError (a key of "" is  |
 |                                                  |   a key like any other, as in 0.15.1)                    |

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
-
 import refsdk
 from processes import popen_script, reap, until
 
@@ -44,7 +43,7 @@ def emit(value):
     pass
 """
 
-WORKER_SCRIPT = r'''
+WORKER_SCRIPT = r"""
 import os, time
 from cairnq import Worker
 
@@ -87,7 +86,7 @@ worker = factory(ARGS["target"], **options)
 for name in ARGS["names"]:
     worker.register(name, handler_for(name))
 worker.serve()
-'''
+"""
 
 WARM = "warm"
 
@@ -231,7 +230,9 @@ async def ready(client: CairnQ, *procs: WorkerProc, timeout_s: float = 30) -> No
     """A warm-up task on each worker's private queue has run: it is up and claiming."""
     for w in procs:
         task = await client.submit(WARM, {}, queue=f"warm-{w.label}")
-        done = await client.wait(task.id, timeout_ms=int(timeout_s * 1000), poll_ms=10, max_poll_ms=50)
+        done = await client.wait(
+            task.id, timeout_ms=int(timeout_s * 1000), poll_ms=10, max_poll_ms=50
+        )
         assert done.status == "succeeded", (done, w.output())
         assert done.result == {"by": w.label}
 
@@ -239,7 +240,9 @@ async def ready(client: CairnQ, *procs: WorkerProc, timeout_s: float = 30) -> No
 async def finish_all(client: CairnQ, ids: list[str], timeout_s: float = 30) -> dict[str, Any]:
     out = {}
     for task_id in ids:
-        out[task_id] = await client.wait(task_id, timeout_ms=int(timeout_s * 1000), poll_ms=10, max_poll_ms=100)
+        out[task_id] = await client.wait(
+            task_id, timeout_ms=int(timeout_s * 1000), poll_ms=10, max_poll_ms=100
+        )
     return out
 
 
@@ -272,11 +275,14 @@ async def test_kill_9_worker_tasks_are_redelivered_after_lease_expiry(backend, w
     client = await connected_client(backend)
     rng = random.Random(7)
     ids = [
-        (await client.submit("slow", {"sleep": round(rng.uniform(0.3, 1.0), 3)})).id for _ in range(n)
+        (await client.submit("slow", {"sleep": round(rng.uniform(0.3, 1.0), 3)})).id
+        for _ in range(n)
     ]
 
     a = workers.start("A", ["slow"], concurrency=concurrency, lease_ms=lease_ms)
-    await until(lambda: len(starts(read_log(workers.log), "A")) >= 6, 30, "worker A to start 6 tasks")
+    await until(
+        lambda: len(starts(read_log(workers.log), "A")) >= 6, 30, "worker A to start 6 tasks"
+    )
     os.kill(a.pid, signal.SIGKILL)
     assert await wait_exit(a, 5) == -signal.SIGKILL
     killed_at = time.time()
@@ -408,7 +414,11 @@ async def test_workers_with_disjoint_handlers_share_a_queue(backend, workers) ->
     done = await finish_all(client, list(owner))
 
     for task_id, task in done.items():
-        assert (task.status, task.attempt, task.result) == ("succeeded", 1, {"by": owner[task_id]}), task
+        assert (task.status, task.attempt, task.result) == (
+            "succeeded",
+            1,
+            {"by": owner[task_id]},
+        ), task
     lines = read_log(workers.log)
     ran = [ln for ln in starts(lines) if ln.task_id in owner]
     assert len(ran) == 60
@@ -422,7 +432,9 @@ async def test_workers_with_disjoint_handlers_share_a_queue(backend, workers) ->
 # -- 4. fast pickup across processes (SQLite change counter) -----------------------------------
 
 
-async def test_sqlite_pickup_and_call_latency_across_processes(sqlite_backend, sqlite_workers) -> None:
+async def test_sqlite_pickup_and_call_latency_across_processes(
+    sqlite_backend, sqlite_workers
+) -> None:
     workers = sqlite_workers
     client = await connected_client(sqlite_backend)
     w = workers.start("W", ["fast"], concurrency=1, poll_interval_ms=500)
@@ -448,7 +460,9 @@ async def test_sqlite_pickup_and_call_latency_across_processes(sqlite_backend, s
         assert result == {"by": "W"}
 
     pickup_ms, call_ms = statistics.median(pickups) * 1000, statistics.median(calls) * 1000
-    print(f"\nSQLite cross-process pickup median {pickup_ms:.1f} ms; call() median {call_ms:.1f} ms")
+    print(
+        f"\nSQLite cross-process pickup median {pickup_ms:.1f} ms; call() median {call_ms:.1f} ms"
+    )
     print("  pickups ms:", [round(p * 1000, 1) for p in pickups])
     print("  calls ms:  ", [round(c * 1000, 1) for c in calls])
     assert pickup_ms < 50, pickups
@@ -535,7 +549,10 @@ async def test_both_sdks_workers_share_a_queue(backend, workers) -> None:
     )
     await ready(client, ours, ref, timeout_s=60)
 
-    ids = [(await client.submit("shared.x", {"sleep": 0.2, "i": i}, queue="shared")).id for i in range(20)]
+    ids = [
+        (await client.submit("shared.x", {"sleep": 0.2, "i": i}, queue="shared")).id
+        for i in range(20)
+    ]
     done = await finish_all(client, ids, timeout_s=60)
 
     lines = read_log(workers.log)

@@ -4,7 +4,7 @@ is held to it here, and it is held to the tables the migrations build.
 Copies: the compiled kernel builds its tables from it at import; the pure
 twin writes its indices out (fastest in pure Python), checked column by
 column below; the SQLite insert's echo-row annotation names every column
-(tests/test_sql_annotations.py).
+(tests/store/test_sql_annotations.py).
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ def harness(backend: Any) -> Any:
 
 
 def _json_values(*, postgres: bool) -> st.SearchStrategy[Any]:
-    # Lone surrogates are refused on both dialects (tests/test_input_rules.py).
+    # Lone surrogates are refused on both dialects (tests/api/test_input_rules.py).
     if postgres:  # jsonb cannot hold NUL
         chars = st.characters(exclude_categories=("Cs",), exclude_characters="\x00")
     else:  # the whole code space but surrogates: NUL and astral characters included

@@ -1,0 +1,379 @@
+"""Kernels, compiled and pure Python on the same vectors: rows."""
+
+from __future__ import annotations
+
+import decimal
+import random
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kernel_kit import (  # noqa: F401 (fixtures)
+    COMPILED,
+    FIELD_ORDER,
+    JSON_COLUMNS,
+    MS_COLUMNS,
+    PURE,
+    MyInt,
+    impl,
+    needs_compiled,
+    outcome,
+    run_isolated,
+    stdlib_dumps,
+)
+
+from cairnq import Task
+from cairnq.models import TASK_COLUMNS
+
+# rows
+# ---------------------------------------------------------------------------
+
+PAYLOAD = {"a": [1, 2, {"b": None}], "u": "é\U0001f600", "big": 2**64, "f": 1.5}
+RESULT = {"ok": True, "items": [1, "two"]}
+ERROR = {"type": "ValueError", "code": "bad", "message": "m", "retryable": False, "details": {}}
+METADATA = {"tenant": "t1", "tags": ["x"]}
+
+ROW_VALUES: dict[str, Any] = {
+    "id": "task_01HZY3K6J8V4Q2W9X5T7R3M1NB",
+    "name": "emails.send",
+    "queue": "default",
+    "status": "running",
+    "payload": PAYLOAD,
+    "result": RESULT,
+    "error": ERROR,
+    "metadata": METADATA,
+    "progress": 0.25,
+    "message": "half way",
+    "attempt": 2,
+    "max_attempts": 5,
+    "priority": -3,
+    "worker_id": "worker_01HZY3K6J8V4Q2W9X5T7R3M1NC",
+    "lease_until_ms": 1_700_000_030_000,
+    "run_at_ms": 1_700_000_000_000,
+    "cancel_requested_at_ms": None,
+    "parent_id": "task_01HZY3K6J8V4Q2W9X5T7R3M1ND",
+    "root_id": "task_01HZY3K6J8V4Q2W9X5T7R3M1NE",
+    "correlation_id": "corr-1",
+    "created_at_ms": 1_699_999_999_000,
+    "updated_at_ms": 1_700_000_001_000,
+    "completed_at_ms": None,
+}
+
+
+def make_row(json_is_text: bool = True, **overrides: Any) -> tuple[Any, ...]:
+    values = {**ROW_VALUES, **overrides}
+    out = []
+    for column in TASK_COLUMNS:
+        v = values[column]
+        if json_is_text and column in JSON_COLUMNS and column not in overrides and v is not None:
+            v = stdlib_dumps(v)
+        out.append(v)
+    return tuple(out)
+
+
+def expected_task(**overrides: Any) -> Task:
+    return Task(**{**ROW_VALUES, **overrides})
+
+
+def test_task_columns_layout() -> None:
+    assert len(TASK_COLUMNS) == 23
+    assert sorted(TASK_COLUMNS) == sorted(FIELD_ORDER)
+
+
+def test_decode_task_text_json(impl: SimpleNamespace) -> None:
+    task = impl.rows.decode_task(make_row())
+    assert type(task) is Task
+    for column in TASK_COLUMNS:
+        assert getattr(task, column) == ROW_VALUES[column], column
+    assert task.payload["big"] == 2**64 and type(task.payload["big"]) is int
+    assert task == expected_task()
+    assert list(vars(task)) == FIELD_ORDER
+    assert task.running and not task.is_terminal and not task.cancel_requested
+
+
+def test_decode_task_default_is_text(impl: SimpleNamespace) -> None:
+    assert impl.rows.decode_task(make_row()) == impl.rows.decode_task(make_row(), True)
+
+
+def test_decode_task_decoded_json(impl: SimpleNamespace) -> None:
+    row = make_row(json_is_text=False)
+    task = impl.rows.decode_task(row, json_is_text=False)
+    assert task == expected_task()
+    # already-decoded values are used as-is, not copied or re-parsed
+    assert task.payload is row[TASK_COLUMNS.index("payload")]
+    assert task.metadata is row[TASK_COLUMNS.index("metadata")]
+    # a str JSON value with json_is_text=False stays a str
+    t2 = impl.rows.decode_task(make_row(json_is_text=False, payload='{"a":1}'), False)
+    assert t2.payload == '{"a":1}'
+    t3 = impl.rows.decode_task(make_row(json_is_text=False, metadata="{}"), False)
+    assert t3.metadata == "{}"
+    assert list(vars(task)) == FIELD_ORDER
+
+
+@pytest.mark.parametrize("json_is_text", [True, False])
+def test_decode_task_null_json_stays_none(impl: SimpleNamespace, json_is_text: bool) -> None:
+    row = make_row(json_is_text, payload=None, result=None, error=None, metadata=None)
+    task = impl.rows.decode_task(row, json_is_text)
+    assert task.payload is None and task.result is None
+    assert task.error is None and task.metadata is None
+
+
+def test_decode_task_empty_metadata(impl: SimpleNamespace) -> None:
+    t1 = impl.rows.decode_task(make_row(metadata="{}"))
+    t2 = impl.rows.decode_task(make_row(metadata="{}"))
+    assert t1.metadata == {} and type(t1.metadata) is dict
+    t1.metadata["x"] = 1  # each task gets its own dict
+    assert t2.metadata == {}
+
+
+@pytest.mark.parametrize(
+    "column,text,value",
+    [
+        ("payload", "null", None),
+        ("payload", "[1,2]", [1, 2]),
+        ("payload", '"s"', "s"),
+        ("payload", "42", 42),
+        ("payload", str(2**64), 2**64),
+        ("payload", '"\\ud800"', "\ud800"),
+        ("payload", '{"k":"\\u00e9\\ud83d\\ude00"}', {"k": "é\U0001f600"}),
+        ("result", "{}", {}),
+        ("result", "1.5", 1.5),
+        ("error", '{"a":{}}', {"a": {}}),
+        ("metadata", '{"a":1}', {"a": 1}),
+        ("metadata", "{ }", {}),
+        ("metadata", "[]", []),
+    ],
+)
+def test_decode_task_json_values(impl: SimpleNamespace, column: str, text: str, value: Any) -> None:
+    task = impl.rows.decode_task(make_row(**{column: text}))
+    assert getattr(task, column) == value
+    assert type(getattr(task, column)) is type(value)
+
+
+def test_decode_task_bytes_json(impl: SimpleNamespace) -> None:
+    task = impl.rows.decode_task(make_row(payload=b'{"a":1}', metadata=b"{}"))
+    assert task.payload == {"a": 1} and task.metadata == {}
+
+
+def test_decode_task_invalid_json_raises(impl: SimpleNamespace) -> None:
+    with pytest.raises(ValueError):
+        impl.rows.decode_task(make_row(payload="{not json"))
+
+
+@pytest.mark.parametrize(
+    "raw,want",
+    [
+        ("1700000000000", 1_700_000_000_000),
+        ("-5", -5),
+        ("0", 0),
+        (" 42 ", 42),
+        (str(2**70), 2**70),
+        (1.7e12, 1_700_000_000_000),
+        (1700000000000.9, 1_700_000_000_000),
+        (decimal.Decimal("1700000000000"), 1_700_000_000_000),
+        (True, 1),
+        (MyInt(5), 5),
+        (None, None),
+        (123, 123),
+    ],
+)
+def test_decode_task_ms_conversion(impl: SimpleNamespace, raw: Any, want: Any) -> None:
+    task = impl.rows.decode_task(make_row(**{c: raw for c in MS_COLUMNS}))
+    for column in MS_COLUMNS:
+        got = getattr(task, column)
+        assert got == want
+        assert type(got) is type(want), column
+
+
+@pytest.mark.parametrize("raw", ["1.7e12", "1700000000000.0", "abc", ""])
+def test_decode_task_ms_bad_string(impl: SimpleNamespace, raw: str) -> None:
+    # int() refuses float-spelled strings; both twins raise the same ValueError
+    with pytest.raises(ValueError):
+        impl.rows.decode_task(make_row(created_at_ms=raw))
+
+
+def test_decode_task_other_columns_untouched(impl: SimpleNamespace) -> None:
+    # only *_ms (int) and progress (float) are converted; attempt/priority pass through
+    task = impl.rows.decode_task(make_row(attempt="3", priority="1", message=7))
+    assert task.attempt == "3" and task.priority == "1" and task.message == 7
+
+
+@pytest.mark.parametrize(
+    "raw,want", [(None, None), (0.25, 0.25), (1, 1.0), (0, 0.0), (True, 1.0), ("0.5", 0.5)]
+)
+def test_decode_progress_is_float(impl: SimpleNamespace, raw: Any, want: Any) -> None:
+    # SQLite's RETURNING hands a whole-valued REAL back as an int; progress is a float
+    for task in (
+        impl.rows.decode_task(make_row(progress=raw)),
+        impl.rows.decode_mapping(_mapping(progress=raw)),
+    ):
+        assert task.progress == want and type(task.progress) is type(want)
+
+
+def test_decode_task_list_row(impl: SimpleNamespace) -> None:
+    row = list(make_row())
+    task = impl.rows.decode_task(row)
+    assert task == expected_task()
+    assert list(vars(task)) == FIELD_ORDER
+
+
+def test_decode_task_other_sequences(impl: SimpleNamespace) -> None:
+    class RowSeq:
+        def __init__(self, values: tuple[Any, ...]) -> None:
+            self.values = values
+
+        def __getitem__(self, i: int) -> Any:
+            return self.values[i]
+
+    class TupleSub(tuple):  # type: ignore[type-arg]
+        pass
+
+    assert impl.rows.decode_task(RowSeq(make_row())) == expected_task()
+    assert impl.rows.decode_task(TupleSub(make_row())) == expected_task()
+    # a longer row: the first 23 columns are read
+    assert impl.rows.decode_task(make_row() + ("extra",)) == expected_task()
+
+
+SHORT_ROWS = [
+    "decode_task(())",
+    "decode_task([])",
+    "decode_task(tuple(range(5)), False)",
+    "decode_task(tuple(range(22)), False)",
+    "decode_task(list(range(22)), False)",
+    "decode_tasks([tuple(range(23)), tuple(range(22))], False)",
+]
+
+
+@pytest.mark.parametrize("call", SHORT_ROWS)
+def test_decode_task_short_row(impl: SimpleNamespace, call: str) -> None:
+    # a row with fewer than 23 columns is an IndexError (not a read past its end)
+    assert run_isolated(impl.name, "rows", call) == "raise:IndexError"
+
+
+def test_decode_tasks(impl: SimpleNamespace) -> None:
+    rows = [
+        make_row(),
+        list(make_row(id="task_2", metadata="{}", created_at_ms="5")),
+        make_row(id="task_3", payload=None, status="succeeded", completed_at_ms=9),
+    ]
+    tasks = impl.rows.decode_tasks(rows)
+    assert [t.id for t in tasks] == [ROW_VALUES["id"], "task_2", "task_3"]
+    assert tasks[0] == expected_task()
+    assert tasks[1].metadata == {} and tasks[1].created_at_ms == 5
+    assert tasks[2].payload is None and tasks[2].succeeded and tasks[2].completed_at_ms == 9
+    assert all(list(vars(t)) == FIELD_ORDER for t in tasks)
+    assert impl.rows.decode_tasks([]) == []
+    assert impl.rows.decode_tasks(iter(rows)) == tasks
+    decoded = impl.rows.decode_tasks([make_row(json_is_text=False)], json_is_text=False)
+    assert decoded == [expected_task()]
+
+
+def _mapping(json_is_text: bool = True, **overrides: Any) -> dict[str, Any]:
+    return dict(zip(TASK_COLUMNS, make_row(json_is_text, **overrides)))
+
+
+def test_decode_mapping(impl: SimpleNamespace) -> None:
+    row = _mapping()
+    task = impl.rows.decode_mapping(row)
+    assert task == expected_task()
+    assert list(vars(task)) == FIELD_ORDER
+
+
+def test_decode_mapping_any_order_and_unknown_columns(impl: SimpleNamespace) -> None:
+    items = list(_mapping(created_at_ms="7", metadata="{}").items())
+    random.Random(1).shuffle(items)
+    row = dict(items)
+    row["unknown"] = "dropped"
+    row["payload_text"] = "{"
+    task = impl.rows.decode_mapping(row)
+    assert task == expected_task(created_at_ms=7, metadata={})
+    assert "unknown" not in vars(task) and "payload_text" not in vars(task)
+    assert list(vars(task)) == FIELD_ORDER
+
+
+def test_decode_mapping_decoded_json_and_nulls(impl: SimpleNamespace) -> None:
+    assert impl.rows.decode_mapping(_mapping(False), False) == expected_task()
+    row = _mapping(payload=None, result=None, error=None, metadata=None, lease_until_ms=None)
+    task = impl.rows.decode_mapping(row)
+    assert task.payload is None and task.result is None and task.error is None
+    assert task.metadata is None and task.lease_until_ms is None
+
+
+def test_decode_mapping_minimal_uses_defaults(impl: SimpleNamespace) -> None:
+    row = {"id": "task_x", "name": "n", "queue": "q", "status": "queued",
+           "payload": "{}", "metadata": "{}", "run_at_ms": "12", "extra": 1}  # fmt: skip
+    task = impl.rows.decode_mapping(row)
+    assert task == Task("task_x", "n", "q", "queued", {}, {}, run_at_ms=12)
+    assert list(vars(task)) == FIELD_ORDER
+    with pytest.raises(TypeError):  # a required field missing
+        impl.rows.decode_mapping({"id": "x"})
+
+
+def test_decode_mapping_ms_conversion(impl: SimpleNamespace) -> None:
+    task = impl.rows.decode_mapping(_mapping(**{c: "1700000000001" for c in MS_COLUMNS}))
+    for c in MS_COLUMNS:
+        assert getattr(task, c) == 1_700_000_000_001 and type(getattr(task, c)) is int
+    with pytest.raises(ValueError):
+        impl.rows.decode_mapping(_mapping(run_at_ms="1.5"))
+
+
+def test_task_from_row() -> None:
+    row = _mapping()
+    task = Task.from_row(row)
+    assert task == expected_task()
+    assert list(vars(task)) == FIELD_ORDER
+    assert Task.from_row(list(row.items())) == expected_task()  # anything dict() takes
+    assert Task.from_row(_mapping(False), json_is_text=False) == expected_task()
+    assert Task.from_row({**row, "junk": 1, "created_at_ms": "3"}).created_at_ms == 3
+
+
+@needs_compiled
+@pytest.mark.parametrize("json_is_text", [True, False])
+def test_twins_rows_agree(json_is_text: bool) -> None:
+    assert COMPILED is not None
+    rng = random.Random(7)
+    rows = [make_row(json_is_text)]
+    for i in range(200):
+        over: dict[str, Any] = {"id": f"task_{i}"}
+        if rng.random() < 0.3:
+            over["metadata"] = "{}" if json_is_text else {}
+        if rng.random() < 0.3:
+            over["payload"] = None
+        if rng.random() < 0.3:
+            over["created_at_ms"] = str(rng.randrange(2**50))
+        if rng.random() < 0.3:
+            over["lease_until_ms"] = float(rng.randrange(2**40))
+        if rng.random() < 0.3:
+            over["result"] = stdlib_dumps([i, "é"]) if json_is_text else [i, "é"]
+        rows.append(make_row(json_is_text, **over))
+    py_tasks = PURE["rows"].decode_tasks(rows, json_is_text)
+    c_tasks = COMPILED["rows"].decode_tasks(rows, json_is_text)
+    assert c_tasks == py_tasks
+    for a, b in zip(py_tasks, c_tasks):
+        assert list(vars(a)) == list(vars(b)) == FIELD_ORDER
+        assert [type(v) for v in vars(a).values()] == [type(v) for v in vars(b).values()]
+    for row in rows:
+        assert COMPILED["rows"].decode_task(list(row), json_is_text) == PURE["rows"].decode_task(
+            row, json_is_text
+        )
+        m = dict(zip(TASK_COLUMNS, row))
+        assert COMPILED["rows"].decode_mapping(m, json_is_text) == PURE["rows"].decode_mapping(
+            m, json_is_text
+        )
+
+
+@needs_compiled
+@pytest.mark.parametrize(
+    "row",
+    [
+        make_row(payload="{bad"),
+        make_row(metadata="{bad"),
+        make_row(run_at_ms="x"),
+        make_row(completed_at_ms=[1]),
+        make_row(payload="{bad", run_at_ms="x"),
+    ],
+    ids=["bad-payload", "bad-metadata", "bad-ms", "ms-list", "two-errors"],
+)
+def test_twins_rows_same_exceptions(row: Any) -> None:
+    assert COMPILED is not None
+    assert outcome(COMPILED["rows"].decode_task, row) == outcome(PURE["rows"].decode_task, row)

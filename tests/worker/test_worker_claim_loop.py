@@ -1,0 +1,60 @@
+"""The worker: the claim loop after a short claim."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from worker_kit import eventually, make
+
+# -- the claim loop after a short claim ------------------------------------------------------------
+
+
+async def test_an_empty_source_does_not_slow_a_busy_one(backend) -> None:
+    """A second source (here a batch handler) with nothing queued comes back
+    short on every claim; the loop must keep claiming for the source that has
+    work rather than sleep until the poll interval."""
+    q = backend.client()
+    for i in range(60):
+        await q.submit("a", {"i": i})
+    w = make(backend, concurrency=4, poll_interval_ms=2_000)
+    done = 0
+
+    @w.task("a")
+    async def a(ctx, payload):
+        nonlocal done
+        await asyncio.sleep(0.002)
+        done += 1
+
+    @w.task("b", batch=10)
+    async def b(ctxs):
+        return None
+
+    started = time.monotonic()
+    async with w.background():
+        await eventually(lambda: done == 60, timeout=10)
+    assert time.monotonic() - started < 1.5  # one poll interval per claim would take minutes
+
+
+async def test_claim_batch_ramps_up_at_once_beside_an_empty_source(backend) -> None:
+    q = backend.client()
+    for i in range(8):
+        await q.submit("a", {"i": i})
+    w = make(backend, concurrency=8, poll_interval_ms=2_000, claim_batch=1)
+    started: list[float] = []
+    release = asyncio.Event()
+    t0 = time.monotonic()
+
+    @w.task("a")
+    async def a(ctx, payload):
+        started.append(time.monotonic() - t0)
+        await release.wait()
+
+    @w.task("b", batch=10)
+    async def b(ctxs):
+        return None
+
+    async with w.background():
+        await eventually(lambda: len(started) == 8, timeout=10)
+        release.set()
+    assert started[-1] < 1.0  # one claim per poll interval would take 14 s
