@@ -52,8 +52,7 @@ _BY_STATUS = {
     "canceled": events.channel("task.canceled"),
 }
 _clock = time.perf_counter
-_new_tuple = tuple.__new__  # events are built as tuples: no per-field keyword handling
-_TaskEvent = events.TaskEvent
+_emit_task = events.emit_task
 
 
 class TaskContext:
@@ -320,15 +319,10 @@ def report_claimed(contexts: Iterable[TaskContext]) -> None:
     """Emit ``task.claimed`` for each; callers test ``channel("task.claimed").on``
     first. ``wait_s``: the claim's time (the row's ``updated_at_ms``, written
     by the claim) minus the time the task was due, both the database's clock."""
-    emit = _CLAIMED.emit
     for ctx in contexts:
         task = ctx._task
         wait_s = (task.updated_at_ms - task.run_at_ms) / 1000
-        event = (
-            "task.claimed", task.id, task.queue, task.name, task.attempt, ctx._worker_id,
-            wait_s if wait_s > 0.0 else 0.0, None, None,
-        )  # fmt: skip
-        emit(_new_tuple(_TaskEvent, event))
+        _emit_task(_CLAIMED, "task.claimed", task, ctx._worker_id, wait_s if wait_s > 0.0 else 0.0, None, None)
 
 
 def mark_started(contexts: Iterable[TaskContext]) -> float:
@@ -340,12 +334,7 @@ def mark_started(contexts: Iterable[TaskContext]) -> float:
     for ctx in contexts:
         ctx._run_started = now
         if listening:
-            task = ctx._task
-            event = (
-                "task.started", task.id, task.queue, task.name, task.attempt, ctx._worker_id,
-                None, None, None,
-            )  # fmt: skip
-            _STARTED.emit(_new_tuple(_TaskEvent, event))
+            _emit_task(_STARTED, "task.started", ctx._task, ctx._worker_id, None, None, None)
     return now
 
 
@@ -358,7 +347,9 @@ def mark_completed(ctx: TaskContext, status: str) -> None:
     if _SETTLED.on:
         channel = _BY_STATUS.get(status)
         if channel is not None and channel.on:
-            _emit(channel, ctx, None)
+            started = ctx._run_started
+            run_s = None if started is None else _clock() - started
+            _emit_task(channel, channel.kind, ctx._task, ctx._worker_id, None, run_s, None)
 
 
 def mark_failed(ctx: TaskContext, answer: Any, envelope: dict[str, Any], retryable: bool) -> None:
@@ -420,10 +411,6 @@ def _emit_settled(ctx: TaskContext, status: str, error: Optional[dict[str, Any]]
 
 def _emit(channel: events.Channel, ctx: TaskContext, error: Optional[dict[str, Any]]) -> None:
     """A settlement or a lost lease: run_s since the handler started, if known."""
-    task = ctx._task
     started = ctx._run_started
-    event = (
-        channel.kind, task.id, task.queue, task.name, task.attempt, ctx._worker_id,
-        None, None if started is None else _clock() - started, error,
-    )  # fmt: skip
-    channel.emit(_new_tuple(_TaskEvent, event))
+    run_s = None if started is None else _clock() - started
+    _emit_task(channel, channel.kind, ctx._task, ctx._worker_id, None, run_s, error)

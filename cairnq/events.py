@@ -56,6 +56,7 @@ __all__ = [
     "Event",
     "Channel",
     "channel",
+    "emit_task",
     "subscribe",
     "Group",
     "group",
@@ -181,6 +182,31 @@ class Group:
 
     def __repr__(self) -> str:
         return f"<Group {', '.join(self.kinds)} on={self.on}>"
+
+
+_new_tuple = tuple.__new__  # a named tuple from a plain one, without its keyword-handling __new__
+
+
+def emit_task(
+    channel: Channel,
+    kind: str,
+    task: Any,
+    worker_id: str,
+    wait_s: Optional[float],
+    run_s: Optional[float],
+    error: Optional[dict[str, Any]],
+) -> None:
+    """Build the :class:`TaskEvent` of ``task`` (a ``Task``) and hand it to
+    ``channel``'s handlers: ``Channel.emit`` in one frame, for the per-task
+    events (emitters test ``channel.on`` first)."""
+    event = _new_tuple(
+        TaskEvent, (kind, task.id, task.queue, task.name, task.attempt, worker_id, wait_s, run_s, error)
+    )
+    for handler in channel._handlers:
+        try:
+            handler(event)
+        except Exception:
+            log.exception("event handler %r failed on %s", handler, kind)
 
 
 _channels: dict[str, Channel] = {kind: Channel(kind) for kind in KINDS}

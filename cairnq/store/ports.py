@@ -169,7 +169,7 @@ class StoreWorkerPort(StoreWatchPort):
     async def beat(self, task_ids: list[str]) -> dict[str, bool]:
         store, worker_id, lease_ms = self.store, self.worker_id, self.lease_ms
         if is_own(store, "heartbeat_batch"):
-            return await store._heartbeat_batch(task_ids, worker_id, lease_ms, ride=True)
+            return await store._heartbeat_batch(task_ids, worker_id, lease_ms, deferred=True)
         return await store.heartbeat_batch(task_ids=task_ids, worker_id=worker_id, lease_ms=lease_ms)
 
     async def fail(
@@ -194,12 +194,12 @@ class StoreWorkerPort(StoreWatchPort):
     def complete_many_deferred(
         self, task_ids: list[str], result_json: Optional[str]
     ) -> Awaitable[dict[str, TaskStatus]]:
-        return self.store._complete_many_json(task_ids, self.worker_id, result_json, ride=True)
+        return self.store._complete_many_json(task_ids, self.worker_id, result_json, deferred=True)
 
     def complete_each_deferred(
         self, task_ids: list[str], results_json: list[Optional[str]]
     ) -> Awaitable[dict[str, TaskStatus]]:
-        return self.store._complete_each_json(task_ids, self.worker_id, results_json, ride=True)
+        return self.store._complete_each_json(task_ids, self.worker_id, results_json, deferred=True)
 
     def subscribe_survived(self, hook: Callable[[BaseException], None]) -> Callable[[], None]:
         return self.store._subscribe_survived(hook)

@@ -274,7 +274,7 @@ async def test_a_pass_through_wrapper_sees_every_claim_settlement_and_beat(backe
     assert all(set(c) == {"queues", "worker_id", "lease_ms", "names", "plan"} for c in seen["claim_session"])
     # ... and no settlement or beat went around them
     assert fast["_complete_many_json"] == [] and fast["_complete_each_json"] == []
-    assert all(not kwargs.get("ride") for _, kwargs in fast["_heartbeat_batch"])
+    assert all(not kwargs.get("deferred") for _, kwargs in fast["_heartbeat_batch"])
 
 
 # -- an unwrapped store keeps its fast paths; a later replacement is honoured ---------------------
@@ -300,7 +300,7 @@ async def test_an_unwrapped_store_takes_the_fast_paths_until_a_method_is_replace
         for t in first:
             assert (await finish(q, t.id)).status == "succeeded"
         assert claims and coalesced and beats
-        assert all(kwargs["ride"] for _, kwargs in beats)
+        assert all(kwargs["deferred"] for _, kwargs in beats)
         assert sum(len(args[0]) for args, _ in coalesced) == 4  # one statement per poll's completions
         assert [args for args, _ in owned if args[1] == "complete"] == []
         settled_fast = len(coalesced)

@@ -418,7 +418,7 @@ async def test_complete_each_settles_each_with_its_own_result(backend: Any) -> N
     ids = [t.id for t in mine] + [canceled.id, other.id, expired.id, "task_00000000000000000000000000"]
     results = [None if v is None else store._encode(v) for v in values] + ['{"x":1}'] * 4
     t0 = now_ms()
-    settled = await store._complete_each_json(ids, "w1", results, ride=False)
+    settled = await store._complete_each_json(ids, "w1", results, deferred=False)
     t1 = now_ms()
     assert settled == {**{t.id: "succeeded" for t in mine}, canceled.id: "canceled"}
     for t, value in zip(mine, values):
@@ -431,7 +431,7 @@ async def test_complete_each_settles_each_with_its_own_result(backend: Any) -> N
     assert (got.status, got.result) == ("canceled", None)
     assert (await store.get(other.id)).status == "running"  # not this worker's
     assert (await store.get(expired.id)).status == "running"  # lease ran out: not settled
-    assert await store._complete_each_json([], "w1", [], ride=False) == {}
+    assert await store._complete_each_json([], "w1", [], deferred=False) == {}
 
 
 async def test_complete_with_cancel_keeps_older_result(sqlite_backend: Any) -> None:

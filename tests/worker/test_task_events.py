@@ -472,9 +472,10 @@ async def _run_every_kind(backend) -> None:
 
 
 async def test_no_subscriber_builds_and_times_nothing(backend, monkeypatch) -> None:
-    """The emitters build events with ``tuple.__new__`` and read the clock
-    through their module's ``_clock``: count both, with nobody listening and
-    then with one listener (so the count can be seen to move)."""
+    """The emitters (``events.emit_task`` and the modules below) build events
+    with ``tuple.__new__`` and read the clock through their module's
+    ``_clock``: count both, with nobody listening and then with one listener
+    (so the count can be seen to move)."""
     import cairnq.context
     import cairnq.worker.execution
     import cairnq.worker.heartbeat
@@ -482,7 +483,7 @@ async def test_no_subscriber_builds_and_times_nothing(backend, monkeypatch) -> N
     assert not any(events.channel(kind).on for kind in events.KINDS)
     built = _Counting(tuple.__new__)
     clocks = _Counting(time.perf_counter)
-    monkeypatch.setattr(cairnq.context, "_new_tuple", built)
+    monkeypatch.setattr(events, "_new_tuple", built)  # events.emit_task builds the task events
     for module in (cairnq.context, cairnq.worker.execution, cairnq.worker.heartbeat):
         monkeypatch.setattr(module, "_clock", clocks)
     monkeypatch.setattr(cairnq.worker.execution, "_new_tuple", built)

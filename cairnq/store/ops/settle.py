@@ -3,10 +3,8 @@ heartbeats, progress, completion (one, many, or inside the caller's own
 transaction) and failure.
 
 The ``_heartbeat_batch`` / ``_complete_*_json`` forms take arguments already
-checked and encoded; ``ride=True`` sends their statement deferred (see
-``driver.py``). The worker port uses them for the writes nobody awaits.
-(``ride`` is the one keyword not renamed to "deferred": tests that spy on
-these methods, as users may, read it by that name.)"""
+checked and encoded; ``deferred=True`` sends their statement deferred (see
+``driver.py``). The worker port uses them for the writes nobody awaits."""
 
 from __future__ import annotations
 
@@ -48,16 +46,16 @@ class SettleOps(StoreCore):
         check_lease_ms(lease_ms)
         check_text("worker_id", worker_id)
         check_task_ids(task_ids)
-        return await self._heartbeat_batch(task_ids, worker_id, lease_ms, ride=False)
+        return await self._heartbeat_batch(task_ids, worker_id, lease_ms, deferred=False)
 
     async def _heartbeat_batch(
-        self, task_ids: Sequence[str], worker_id: str, lease_ms: int, *, ride: bool
+        self, task_ids: Sequence[str], worker_id: str, lease_ms: int, *, deferred: bool
     ) -> dict[str, bool]:
-        """``heartbeat_batch`` on checked input; ``ride``: sent deferred."""
+        """``heartbeat_batch`` on checked input; ``deferred``: sent deferred."""
         if not task_ids:
             return {}
         params = {"ids": list(task_ids), "worker_id": worker_id, "lease_ms": lease_ms}
-        fetch = self._fetch_deferred if ride else self._fetch
+        fetch = self._fetch_deferred if deferred else self._fetch
         beats = decode_beats(await fetch("heartbeat_batch", params))
         if len(beats) < 2:
             return beats
@@ -113,17 +111,17 @@ class SettleOps(StoreCore):
         check_text("worker_id", worker_id)
         check_task_ids(task_ids)
         return await self._complete_many_json(
-            task_ids, worker_id, self._result_json(result), ride=False
+            task_ids, worker_id, self._result_json(result), deferred=False
         )
 
     async def _complete_many_json(
-        self, task_ids: Sequence[str], worker_id: str, result_json: str | None, *, ride: bool
+        self, task_ids: Sequence[str], worker_id: str, result_json: str | None, *, deferred: bool
     ) -> dict[str, TaskStatus]:
-        """``complete_many`` with the result already JSON text; ``ride``: deferred."""
+        """``complete_many`` with the result already JSON text; ``deferred``: sent deferred."""
         if not task_ids:
             return {}
         params = {"ids": list(task_ids), "worker_id": worker_id, "result": result_json}
-        fetch = self._fetch_deferred if ride else self._fetch
+        fetch = self._fetch_deferred if deferred else self._fetch
         return {row[0]: row[1] for row in await fetch("complete_many", params)}
 
     async def _complete_each_json(
@@ -132,7 +130,7 @@ class SettleOps(StoreCore):
         worker_id: str,
         results_json: Sequence[str | None],
         *,
-        ride: bool,
+        deferred: bool,
     ) -> dict[str, TaskStatus]:
         """complete for each id with the result at the same position (JSON
         text already encoded, or None): one statement. ``{id: final status}``
@@ -144,7 +142,7 @@ class SettleOps(StoreCore):
             "worker_id": worker_id,
             "results": list(results_json),
         }
-        fetch = self._fetch_deferred if ride else self._fetch
+        fetch = self._fetch_deferred if deferred else self._fetch
         return {row[0]: row[1] for row in await fetch("complete_each", params)}
 
     async def complete_in(

@@ -73,8 +73,8 @@ _SQLITE_BUSY = 5
 # Enough to amortize the fsync; small enough that one flush never holds the
 # loop for long when a flood of writes arrives at once.
 MAX_BATCH = 256
-# How long a deferred write waits for a transaction to ride in.
-RIDE_WINDOW_S = 0.002
+# How long a deferred write waits for a transaction to carry it.
+DEFER_WINDOW_S = 0.002
 # A writer waiting for the lock tries again this often (jittered): the lock
 # is free only between other writers' transactions, so waiters must look often.
 POLL_S = 0.001
@@ -227,25 +227,25 @@ class SqliteEngine:
 
     # -- group-committed writes -------------------------------------------
 
-    async def write(self, sql: str, params: Any, *, defer: bool = False) -> list[Any]:
+    async def write(self, sql: str, params: Any, *, deferred: bool = False) -> list[Any]:
         """Run a write outside any transaction; its rows, once committed.
 
-        ``defer``: the write is in no hurry (a worker's settlements and beats).
-        It waits up to RIDE_WINDOW_S for a transaction to ride in (the worker's
+        ``deferred``: the write is in no hurry (a worker's settlements and beats).
+        It waits up to DEFER_WINDOW_S for a transaction to ride in (the worker's
         next claim, typically, which then commits both with one fsync) before
         it is flushed on its own.
         """
         if self._closing:
             raise StoreClosed()
         loop = asyncio.get_running_loop()
-        if defer:
+        if deferred:
             future: asyncio.Future[list[Any]] = loop.create_future()
             self._writes.append(_Write(sql, params, future))
             if self._flush_handle is None and not self._in_txn:
                 if self.claims_asleep:  # no claim is coming to ride with
                     self._flush_handle = loop.call_soon(self._flush)
                 else:
-                    self._flush_handle = loop.call_later(RIDE_WINDOW_S, self._flush)
+                    self._flush_handle = loop.call_later(DEFER_WINDOW_S, self._flush)
             return await future
         if self._may_run_inline(loop):
             # Nothing else will run before the loop polls again, so nothing
@@ -549,10 +549,10 @@ class SqliteEngine:
             raise StoreClosed()
         if _monotonic() >= self._slice_end:
             await self._next_slice()
-        riders: list[Outcome] | None = None
-        while riders is None:  # None: a rider took the transaction down; begin again
+        queued: list[Outcome] | None = None
+        while queued is None:  # None: a queued write took the transaction down; begin again
             await self._begin()
-            riders = self._take_riders()
+            queued = self._take_queued()
         conn = self.conn
 
         async def fetch(sql: str, params: Any) -> list[Any]:
@@ -563,32 +563,32 @@ class SqliteEngine:
             try:
                 conn.execute("COMMIT")
             except BaseException:
-                for w, _, _ in riders:  # which write the COMMIT refused is not known
+                for w, _, _ in queued:  # which write the COMMIT refused is not known
                     w.alone = True
                 raise
         except BaseException:
             _rollback(conn)
-            self._requeue(w for w, _, _ in riders)  # not their fault
+            self._requeue(w for w, _, _ in queued)  # not their fault
             raise
         else:
-            self._settle_committed(riders)
+            self._settle_committed(queued)
         finally:
             self._release_gate()
 
-    def _take_riders(self) -> list[Outcome] | None:
+    def _take_queued(self) -> list[Outcome] | None:
         """Run the queued writes inside the transaction just begun. None if
         one of them took the transaction down (it fails; the others are queued
         again and the gate is released)."""
         if not self._writes:
             return []
-        riders = [w for w in self._writes if not w.alone and not w.future.done()]
+        queued = [w for w in self._writes if not w.alone and not w.future.done()]
         self._writes = deque(w for w in self._writes if w.alone and not w.future.done())
         if self._flush_handle is not None and not self._writes:
             self._flush_handle.cancel()  # they are taken care of here
             self._flush_handle = None
         conn = self.conn
         done: list[Outcome] = []
-        for i, w in enumerate(riders):
+        for i, w in enumerate(queued):
             try:
                 rows = conn.execute(w.sql, w.params).fetchall()
             except Exception as exc:
@@ -596,12 +596,12 @@ class SqliteEngine:
                     done.append((w, None, exc))  # only this caller fails
                     continue
                 _settle(w.future, exc=exc)
-                self._requeue(_settle_failed(done) + riders[i + 1 :])
+                self._requeue(_settle_failed(done) + queued[i + 1 :])
                 self._release_gate()
                 return None
             except BaseException:
                 _rollback(conn)
-                self._requeue(riders)
+                self._requeue(queued)
                 self._release_gate()
                 raise
             done.append((w, rows, None))

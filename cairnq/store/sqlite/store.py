@@ -243,8 +243,8 @@ class SQLiteStore(TaskStore):
             return await engine.read(sql, bound)
         echo = self._echoes.get(name)
         if echo is None:
-            return await engine.write(sql, bound, defer=deferred)
-        await engine.write(sql, bound, defer=deferred)
+            return await engine.write(sql, bound, deferred=deferred)
+        await engine.write(sql, bound, deferred=deferred)
         return [echo(bound)]
 
     async def _connected_or_closed(self) -> SqliteEngine:

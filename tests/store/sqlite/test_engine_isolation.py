@@ -56,7 +56,7 @@ def db(tmp_path: Path) -> str:
 @pytest.fixture
 def ride_window(monkeypatch: pytest.MonkeyPatch) -> None:
     """Deferred writes wait for a transaction for as long as the test needs."""
-    monkeypatch.setattr(engine_module, "RIDE_WINDOW_S", 60.0)
+    monkeypatch.setattr(engine_module, "DEFER_WINDOW_S", 60.0)
 
 
 async def _engine(path: str) -> SqliteEngine:
@@ -155,13 +155,13 @@ async def test_unbindable_deferred_write_riding_in_a_transaction_fails_alone(
 ) -> None:
     engine = await _engine(db)
     value, error = bad
-    riders = [asyncio.ensure_future(engine.write(INSERT, (f"r{i}", i), defer=True)) for i in range(4)]
-    riders.insert(2, asyncio.ensure_future(engine.write(INSERT, ("bad", value), defer=True)))
+    queued = [asyncio.ensure_future(engine.write(INSERT, (f"r{i}", i), deferred=True)) for i in range(4)]
+    queued.insert(2, asyncio.ensure_future(engine.write(INSERT, ("bad", value), deferred=True)))
     await asyncio.sleep(0)  # all five queued, waiting for a transaction to ride in
-    assert not any(r.done() for r in riders)
+    assert not any(r.done() for r in queued)
     async with engine.transaction() as run:
         await run(INSERT, ("own", 0))
-    results = await _settled(*riders)
+    results = await _settled(*queued)
     assert isinstance(results[2], error)
     assert results[:2] + results[3:] == [[]] * 4
     assert _keys(db) == {"own", "r0", "r1", "r2", "r3"}
@@ -206,12 +206,12 @@ async def test_a_write_that_rolls_back_its_group_commit_fails_alone(db: str, com
 
 async def test_a_rider_that_rolls_back_the_transaction_fails_alone(db: str, ride_window: None) -> None:
     engine = await _engine(db)
-    riders = [asyncio.ensure_future(engine.write(INSERT, (f"r{i}", i), defer=True)) for i in range(4)]
-    riders.insert(2, asyncio.ensure_future(engine.write(ROLLBACK_ALL, ("bad",), defer=True)))
+    queued = [asyncio.ensure_future(engine.write(INSERT, (f"r{i}", i), deferred=True)) for i in range(4)]
+    queued.insert(2, asyncio.ensure_future(engine.write(ROLLBACK_ALL, ("bad",), deferred=True)))
     await asyncio.sleep(0)
     async with engine.transaction() as run:  # the transaction itself is not at fault
         await run(INSERT, ("own", 0))
-    results = await _settled(*riders)
+    results = await _settled(*queued)
     assert isinstance(results[2], sqlite3.IntegrityError)
     assert results[:2] + results[3:] == [[]] * 4
     assert _keys(db) == {"own", "r0", "r1", "r2", "r3"}

@@ -251,7 +251,7 @@ async def test_cancelled_submit_that_was_still_queued_writes_nothing(sqlite_back
 def _deferred_update(q) -> asyncio.Future:
     """A write deferred the way a worker's settlements are."""
     sql = "update cairnq_tasks set priority = 7"
-    return asyncio.ensure_future(q.store._engine.write(sql, {}, defer=True))
+    return asyncio.ensure_future(q.store._engine.write(sql, {}, deferred=True))
 
 
 def _updated(path: str) -> bool:
