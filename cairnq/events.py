@@ -43,7 +43,8 @@ Rules of the surface (it is stable: fields are only ever added at the end):
   ``heartbeat``        one heartbeat round for every lease held (HeartbeatEvent)
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: the event tuples' annotations are
+# evaluated here, so tools that read them (the API reference) resolve them.
 
 import logging
 from typing import Any, Callable, Iterable, NamedTuple, Optional
