@@ -7,7 +7,10 @@ Each workload in ``bench/workloads.py`` runs under both interpreters (ours, and
 the reference's own cached virtualenv, built on first use), against a fresh
 database each time, alternating which SDK goes first between rounds. The
 physical limits of this machine (bare sqlite3 loops of 1-row and 64-row
-commits, no SDK) are measured in the same run. Prints medians, ranges and the
+commits, no SDK) are measured in the same run, and so is the drains' floor
+(``floor_drain``: their own claim and settlement statements in a bare loop;
+on PostgreSQL also ``floor_drain_pipelined``, two connections), reported as
+``drain_c64`` ours / floor. Prints medians, ranges and the
 ratio per row; ``--json FILE`` saves the raw samples.
 """
 
@@ -35,6 +38,9 @@ WORKLOADS = [
     "drain_c8", "drain_c64", "drain_distinct_c64", "drain_batch64", "call_latency", "e2e_throughput",
 ]  # fmt: skip
 LIMITS = ["limit_commit1", "limit_commit1_schema", "limit_commit64", "limit_commit64_schema"]
+# The drains' floor: their claim and settlement statements in a bare loop, no
+# SDK (bench/workloads.py floor_*), run with ours whenever drain_c64 runs.
+FLOORS = {"sqlite": ["floor_drain"], "postgres": ["floor_drain", "floor_drain_pipelined"]}
 LOWER_IS_BETTER = {"claim_idle", "call_latency"}
 
 
@@ -132,6 +138,18 @@ def main() -> None:
                 {"dialect": dialect, "workload": workload, "unit": unit, "ours": samples["ours"],
                  "reference": samples["reference"], "p95": extra, "ratio": ratio}  # fmt: skip
             )
+        drain = next((r for r in results["rows"] if r["dialect"] == dialect and r["workload"] == "drain_c64"), None)
+        if drain is not None:
+            for floor in FLOORS[dialect]:
+                values = []
+                for _ in range(args.rounds):
+                    with Database(dialect) as target:
+                        out = run_one(ours, floor, dialect, target, options)
+                    values.append(out["value"])
+                share = statistics.median(drain["ours"]) / statistics.median(values)
+                print(f"{floor:<20} {out['unit']:<34} {summarize(values):>28} {'drain_c64 ours/floor':>28} {share:>7.2f}x")
+                results["rows"].append({"dialect": dialect, "workload": floor, "unit": out["unit"], "floor": values,
+                                        "drain_c64_over_floor": share})  # fmt: skip
         if dialect == "sqlite":
             for limit in LIMITS:
                 values = []

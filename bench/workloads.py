@@ -342,12 +342,127 @@ def limit_commit64_schema(dialect: str, target: str, o: dict[str, Any]) -> dict[
     return _limit(target, o, 64, cairnq_schema=True)
 
 
+# -- the floor: the protocol's own drain statements, no SDK -----------------------------
+
+PROTOCOL = Path(__file__).resolve().parent.parent / "protocol"
+
+
+def _statement(dialect: str, name: str) -> str:
+    return (PROTOCOL / "sql" / dialect / f"{name}.sql").read_text()
+
+
+def _drain_backlog(dialect: str, target: str, n: int) -> None:
+    """n due "noop" tasks in "default", submitted through our SDK (which also
+    migrates the schema), then closed: the floor loop finds what a drain finds."""
+
+    async def fill() -> None:
+        async with _client(dialect, target) as q:
+            await _submit_many(q, n)
+
+    asyncio.run(fill())
+
+
+def _floor_sqlite(target: str, n: int, batch: int) -> float:
+    """stdlib sqlite3, one connection, WAL, synchronous=FULL (the store's
+    default durability): per transaction, claim ``batch`` tasks and complete
+    them with ``complete_many``, the statements a worker's drain runs."""
+    claim, complete = _statement("sqlite", "claim_one_queue_one_name"), _statement("sqlite", "complete_many")
+    conn = sqlite3.connect(target, isolation_level=None)
+    conn.execute("pragma journal_mode = wal")
+    conn.execute("pragma synchronous = full")
+    done = 0
+    started = time.perf_counter()
+    while done < n:
+        now = int(time.time() * 1000)
+        conn.execute("begin immediate")
+        rows = conn.execute(claim, {
+            "worker_id": "floor", "lease_until_ms": now + 30_000, "now_ms": now,
+            "queue": "default", "name": "noop", "limit": batch,
+        }).fetchall()  # fmt: skip
+        ids = [row[0] for row in rows]
+        settled = conn.execute(
+            complete, {"ids": json.dumps(ids), "result": None, "worker_id": "floor", "now_ms": now}
+        ).fetchall()
+        conn.execute("commit")
+        if not ids:
+            raise RuntimeError(f"the floor loop ran dry after {done} of {n} tasks")
+        done += len(settled)
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return n / elapsed
+
+
+def _pg_positional(name: str) -> tuple[str, tuple[str, ...]]:
+    """A PostgreSQL statement with psycopg's %s placeholders (named parameters
+    cut out by cairnq's literal-aware splitter; no value is ever pasted in)."""
+    from cairnq._sql import split_params
+
+    chunks, slots = split_params(_statement("postgres", name))
+    return "%s".join(chunk.replace("%", "%%") for chunk in chunks), slots
+
+
+async def _floor_pg_lane(target: str, n_goal: list[int], batch: int, worker: str) -> None:
+    import psycopg
+
+    claim, claim_slots = _pg_positional("claim_one_queue_one_name")
+    complete, complete_slots = _pg_positional("complete_many")
+    async with await psycopg.AsyncConnection.connect(target, autocommit=False) as conn:
+        while n_goal[0] > 0:
+            values = {"worker_id": worker, "lease_ms": 30_000, "queue": "default", "name": "noop", "limit": batch}
+            cur = await conn.execute(claim, [values[s] for s in claim_slots], prepare=True)
+            ids = [row[0] for row in await cur.fetchall()]
+            if not ids:
+                await conn.rollback()
+                if n_goal[0] > 0 and n_goal[1] == 0:
+                    raise RuntimeError("the floor loop ran dry")
+                return
+            settle = {"ids": ids, "result": None, "worker_id": worker}
+            cur = await conn.execute(complete, [settle[s] for s in complete_slots], prepare=True)
+            n_goal[0] -= len(await cur.fetchall())
+            await conn.commit()
+
+
+def _floor_pg(target: str, n: int, batch: int, lanes: int) -> float:
+    """psycopg (its C implementation), server-side prepared statements, one
+    transaction per claim + complete_many; ``lanes`` connections at once
+    (two: one claims while the other commits, the floor for an SDK that
+    overlaps its round trips)."""
+    goal = [n, 0]
+
+    async def run() -> float:
+        started = time.perf_counter()
+        await asyncio.gather(*(_floor_pg_lane(target, goal, batch, f"floor-{k}") for k in range(lanes)))
+        return n / (time.perf_counter() - started)
+
+    return asyncio.run(run())
+
+
+def floor_drain(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    """The floor of ``drain_c64``: its claim and settlement statements in a bare
+    loop, 64 tasks a transaction, same schema and durability, no SDK."""
+    n = o["drain_n"]
+    _drain_backlog(dialect, target, n)
+    if dialect == "sqlite":
+        return {"value": _floor_sqlite(target, n, 64), "unit": "tasks/s (bare loop, 64 a transaction)"}
+    return {"value": _floor_pg(target, n, 64, 1), "unit": "tasks/s (bare loop, 64 a transaction)"}
+
+
+def floor_drain_pipelined(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    """PostgreSQL: the bare loop on two connections at once (round trips overlapped)."""
+    if dialect != "postgres":
+        raise SystemExit("floor_drain_pipelined is a PostgreSQL floor")
+    n = o["drain_n"]
+    _drain_backlog(dialect, target, n)
+    return {"value": _floor_pg(target, n, 64, 2), "unit": "tasks/s (bare loop, 2 connections)"}
+
+
 WORKLOADS: dict[str, Callable[..., Any]] = {
     f.__name__: f
     for f in (
         submit_seq, submit_concurrent, get, cancel, purge, claim_idle,
         drain_c8, drain_c64, drain_distinct_c64, drain_batch64, call_latency, e2e_throughput,
         limit_commit1, limit_commit1_schema, limit_commit64, limit_commit64_schema,
+        floor_drain, floor_drain_pipelined,
     )
 }  # fmt: skip
 
