@@ -138,7 +138,13 @@ async def claim_idle(dialect: str, target: str, o: dict[str, Any]) -> dict[str, 
 
 
 async def _drain(
-    dialect: str, target: str, o: dict[str, Any], concurrency: int, batch: int | None, distinct: bool = False
+    dialect: str,
+    target: str,
+    o: dict[str, Any],
+    concurrency: int,
+    batch: int | None,
+    distinct: bool = False,
+    work: str | None = None,
 ) -> dict[str, Any]:
     from cairnq import Worker
 
@@ -156,6 +162,12 @@ async def _drain(
 
             @worker.task("noop")
             async def noop(ctx: Any, payload: Any) -> Any:
+                if work == "sleep":
+                    await asyncio.sleep(0.001)  # I/O-bound work: the loop is free meanwhile
+                elif work == "cpu":
+                    end = time.perf_counter() + 0.001  # 1 ms of CPU, holding the loop
+                    while time.perf_counter() < end:
+                        pass
                 return {"i": payload["i"]} if distinct else None
 
         unsubscribe = _subscribe_counter() if o.get("events") == "count" else None
@@ -199,6 +211,26 @@ async def drain_distinct_c64(dialect: str, target: str, o: dict[str, Any]) -> di
 
 async def drain_batch64(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
     return await _drain(dialect, target, o, 1, 64)
+
+
+# Handlers that do some work: what the worker costs on real rows, against the
+# bound the handler itself sets (1 ms of sleep at concurrency c: c x 1,000
+# tasks/s; 1 ms of CPU: 1,000 tasks/s, one process).
+
+
+async def drain_sleep1ms_c64(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    out = await _drain(dialect, target, o, 64, None, work="sleep")
+    return dict(out, bound=64_000)
+
+
+async def drain_sleep1ms_c256(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    out = await _drain(dialect, target, o, 256, None, work="sleep")
+    return dict(out, bound=256_000)
+
+
+async def drain_cpu1ms_c64(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    out = await _drain(dialect, target, dict(o, drain_n=min(o["drain_n"], 2_000)), 64, None, work="cpu")
+    return dict(out, bound=1_000)
 
 
 def _serve_worker(dialect: str, target: str, concurrency: int) -> subprocess.Popen[str]:
@@ -461,6 +493,7 @@ WORKLOADS: dict[str, Callable[..., Any]] = {
     for f in (
         submit_seq, submit_concurrent, get, cancel, purge, claim_idle,
         drain_c8, drain_c64, drain_distinct_c64, drain_batch64, call_latency, e2e_throughput,
+        drain_sleep1ms_c64, drain_sleep1ms_c256, drain_cpu1ms_c64,
         limit_commit1, limit_commit1_schema, limit_commit64, limit_commit64_schema,
         floor_drain, floor_drain_pipelined,
     )
