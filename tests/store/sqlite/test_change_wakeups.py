@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable
 
-from processes import Procs, procs  # noqa: F401 (procs: a fixture)
+from processes import Procs
 
 from cairnq import CairnQ, SQLiteStore
 
@@ -90,13 +90,14 @@ worker.serve()
 
 
 async def test_sequential_calls_to_a_worker_process_never_wait_out_a_poll_interval(
-    tmp_path: Path, procs: Procs
+    tmp_path: Path,
 ) -> None:
     """Many calls, each to a worker in another process that sleeps between
     them: neither side's wait may miss the other's commit (when one did, about
     one call in a hundred took a whole poll interval)."""
     path = str(tmp_path / "tasks.db")
     client = CairnQ(SQLiteStore(path))
+    procs = Procs(tmp_path)
     try:
         await client.connect()
         procs.start("worker", ECHO_WORKER, {"path": path, "poll_interval_ms": WAIT_MS})
@@ -113,4 +114,5 @@ async def test_sequential_calls_to_a_worker_process_never_wait_out_a_poll_interv
             f"calls that waited out a poll interval (of 300): {slow}\n{procs.outputs()}"
         )
     finally:
+        procs.cleanup()
         await client.close()
