@@ -147,7 +147,12 @@ class SqliteEngine:
     """Executes statements for one connection; see the module docstring."""
 
     def __init__(
-        self, conn: sqlite3.Connection, busy_timeout_ms: int, *, turns: bool = True
+        self,
+        conn: sqlite3.Connection,
+        busy_timeout_ms: int,
+        *,
+        turns: bool = True,
+        data_version_sql: str | None = None,
     ) -> None:
         self.conn = conn
         self.busy_timeout_ms = busy_timeout_ms
@@ -165,6 +170,12 @@ class SqliteEngine:
         self._commit_thread: ThreadPoolExecutor | None = None
         self.commits = 0  # successful commits on this connection, for change waiters
         self._commit_waiters: set[asyncio.Future[None]] = set()
+        # A waiter must count the changes since the read it decided to sleep
+        # on, not since it began to wait: a commit in between would otherwise
+        # go unnoticed for a whole timeout. Probes note where they stood here
+        # (given the statement that reads the counter; without it, they don't).
+        self._data_version_sql = data_version_sql
+        self._probe_stamps: dict[str, tuple[int, int]] = {}
         # Claim loops now sleeping until a change: while one is, deferred
         # writes have no claim to ride with and are flushed at once.
         self.claims_asleep = 0
@@ -206,16 +217,27 @@ class SqliteEngine:
 
     # -- reads -----------------------------------------------------------
 
-    async def read(self, sql: str, params: Any) -> list[Any]:
-        """A read outside any transaction, retried while the database is busy."""
+    async def read(self, sql: str, params: Any, probe: str | None = None) -> list[Any]:
+        """A read outside any transaction, retried while the database is busy.
+
+        ``probe``: a waiter may go to sleep on this read's answer (is the task
+        done, is work due); the change counters (our commits, the file's
+        data_version) are noted just before it, for the next wait of that kind
+        to count from (``take_probe_stamp``)."""
         if _monotonic() >= self._slice_end:
             await self._next_slice()
         policy: BusyPolicy | None = None
         while True:
             if self._in_txn:
                 await self._wait_gate()
+            conn = self.conn
             try:
-                return self.conn.execute(sql, params).fetchall()
+                # No suspension between the stamp and the statement: the stamp
+                # is never younger than what the read saw.
+                if probe is not None and self._data_version_sql is not None:
+                    version = conn.execute(self._data_version_sql).fetchone()[0]
+                    self._probe_stamps[probe] = (self.commits, int(version))
+                return conn.execute(sql, params).fetchall()
             except sqlite3.OperationalError as exc:
                 if not is_busy(exc):
                     raise
@@ -224,6 +246,11 @@ class SqliteEngine:
                 if delay is None:
                     raise
             await asyncio.sleep(delay)
+
+    def take_probe_stamp(self, kind: str) -> tuple[int, int] | None:
+        """(commits, data_version) noted before the last probe of ``kind``, once.
+        (The last: two claim loops sharing one store would share one stamp.)"""
+        return self._probe_stamps.pop(kind, None)
 
     # -- group-committed writes -------------------------------------------
 

@@ -41,6 +41,17 @@ CHANGE_POLL_MAX_S = 0.002
 FILE_CHECK_INTERVAL_S = 0.25
 _monotonic = time.monotonic
 DIALECT = "sqlite"
+# The reads a waiter decides to sleep on, by the wait that follows them: the
+# wait counts changes from just before the read (see SqliteEngine.read).
+_CLAIM_WAIT = "claim"
+_DONE_WAIT = "done"
+_PROBES = {
+    "claimable_probe": _CLAIM_WAIT,
+    "claimable_probe_any_name": _CLAIM_WAIT,
+    "claimable_probe_one_queue_one_name": _CLAIM_WAIT,
+    "get_status": _DONE_WAIT,
+    "get_status_by_key": _DONE_WAIT,
+}
 _STATEMENTS = STATEMENTS
 
 # SQLite binds times resolved from the SDK clock at bind time; the base passes
@@ -169,7 +180,11 @@ class SQLiteStore(TaskStore):
             if generation != self._generation or self._closing:
                 conn.close()
                 raise RuntimeError("store was closed while connecting")
-            self._engine = SqliteEngine(conn, self.busy_timeout_ms)
+            self._engine = SqliteEngine(
+                conn,
+                self.busy_timeout_ms,
+                data_version_sql=self._statements["data_version"].text,
+            )
             self._statistics_due = time.monotonic() + STATISTICS_INTERVAL_S
             self._file_identity = self._identity()
             self._file_check_due = time.monotonic() + FILE_CHECK_INTERVAL_S
@@ -240,7 +255,7 @@ class SQLiteStore(TaskStore):
         sql = stmt.specialize(params) if stmt.filters else stmt.text
         bound = self._binders[name](params)
         if stmt.is_read:
-            return await engine.read(sql, bound)
+            return await engine.read(sql, bound, _PROBES.get(name))
         echo = self._echoes.get(name)
         if echo is None:
             return await engine.write(sql, bound, deferred=deferred)
@@ -286,22 +301,35 @@ class SQLiteStore(TaskStore):
         engine.flush_deferred()
         engine.claims_asleep += 1
         try:
-            await self._wait_for_change(timeout_ms / 1000)
+            await self._wait_for_change(timeout_ms / 1000, _CLAIM_WAIT)
         finally:
             engine.claims_asleep -= 1
 
     async def task_done_wake(self, task_id: str, timeout_ms: int) -> bool | None:
-        await self._wait_for_change(timeout_ms / 1000)
+        await self._wait_for_change(timeout_ms / 1000, _DONE_WAIT)
         return None  # a change, not necessarily this task's: the waiter re-probes
 
-    async def _wait_for_change(self, timeout_s: float) -> bool:
+    async def _wait_for_change(self, timeout_s: float, kind: str | None = None) -> bool:
         """Wait up to ``timeout_s`` for a commit to the file, by this store (told
         at once) or by any other connection (seen on the file's change counter,
-        polled every few milliseconds). True if one happened."""
+        polled every few milliseconds). True if one happened.
+
+        With ``kind``, changes count from just before the last probe of that
+        kind (the read that found nothing to do), if any: a commit that landed
+        after that read but before this wait began ends the wait at once
+        instead of being taken for the starting point and slept through."""
         engine = await self._connected_or_closed()
         sql = self._statements["data_version"].text
         deadline = _monotonic() + timeout_s
-        commits, version = engine.commits, engine.data_version(sql)
+        stamp = None if kind is None else engine.take_probe_stamp(kind)
+        version = engine.data_version(sql)
+        if stamp is None:
+            commits = engine.commits
+        else:
+            commits, probed_version = stamp
+            if engine.commits != commits or (version is not None and version != probed_version):
+                return True
+            version = probed_version  # also when our transaction hides the counter now
         tick = CHANGE_POLL_MIN_S
         while True:
             remaining = deadline - _monotonic()

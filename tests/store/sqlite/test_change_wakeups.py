@@ -1,0 +1,118 @@
+"""An idle SQLite waiter notices another connection's commit that lands
+between its last look and the start of its wait.
+
+A waiter reads (is the task done? is work due?), finds nothing, then sleeps
+until the file changes. A commit by another process in between must end the
+sleep at once: the wait counts changes from its probe, not from when it began
+(else it takes the commit for its starting point and sleeps its whole
+timeout: a ``call()`` that waits out the worker's poll interval).
+
+The waits here are long (WAIT_MS) and a wakeup must come in well under half
+of one, so the margin is huge; a missed wakeup takes the whole WAIT_MS.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Awaitable
+
+from processes import Procs
+
+from cairnq import CairnQ, SQLiteStore
+
+WAIT_MS = 2_000
+PROMPT_S = WAIT_MS / 1000 / 2
+
+
+async def _seconds(aw: Awaitable[Any]) -> float:
+    started = time.monotonic()
+    await aw
+    return time.monotonic() - started
+
+
+async def test_task_done_wake_sees_a_completion_committed_after_the_status_read(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "tasks.db")
+    waiter, worker = SQLiteStore(path), SQLiteStore(path)
+    try:
+        task = await waiter.submit(name="echo", payload=1)
+        claimed = await worker.claim(queues=["default"], worker_id="w")
+        assert [t.id for t in claimed] == [task.id]
+        ref = await waiter.get_status(task.id)
+        assert ref is not None and ref.status == "running"
+        await worker.complete(task_id=task.id, worker_id="w", result=2)  # after the read
+        assert await _seconds(waiter.task_done_wake(task.id, WAIT_MS)) < PROMPT_S
+    finally:
+        await waiter.close()
+        await worker.close()
+
+
+async def test_claim_wake_sees_a_submit_committed_after_the_probe(tmp_path: Path) -> None:
+    path = str(tmp_path / "tasks.db")
+    idle_worker, producer = SQLiteStore(path), SQLiteStore(path)
+    try:
+        await producer.connect()
+        assert await idle_worker.claim(queues=["default"], worker_id="w") == []  # probed: nothing
+        await producer.submit(name="echo", payload=1)  # after the probe
+        assert await _seconds(idle_worker.claim_wake(["default"], WAIT_MS)) < PROMPT_S
+    finally:
+        await idle_worker.close()
+        await producer.close()
+
+
+async def test_a_wait_with_no_change_since_its_probe_still_sleeps(tmp_path: Path) -> None:
+    """The other side: counting from the probe does not turn a quiet wait
+    into a spin (the wait sleeps until its timeout)."""
+    store = SQLiteStore(str(tmp_path / "tasks.db"))
+    try:
+        task = await store.submit(name="echo", payload=1)
+        assert await store.claim(queues=["elsewhere"], worker_id="w") == []
+        assert await _seconds(store.claim_wake(["elsewhere"], 300)) >= 0.25
+        assert await store.get_status(task.id) is not None
+        assert await _seconds(store.task_done_wake(task.id, 300)) >= 0.25
+    finally:
+        await store.close()
+
+
+ECHO_WORKER = """
+from cairnq import Worker
+
+worker = Worker.sqlite(ARGS["path"], concurrency=4, poll_interval_ms=ARGS["poll_interval_ms"])
+
+@worker.task("echo")
+async def echo(ctx, payload):
+    return payload
+
+worker.serve()
+"""
+
+
+async def test_sequential_calls_to_a_worker_process_never_wait_out_a_poll_interval(
+    tmp_path: Path,
+) -> None:
+    """Many calls, each to a worker in another process that sleeps between
+    them: neither side's wait may miss the other's commit (when one did, about
+    one call in a hundred took a whole poll interval)."""
+    path = str(tmp_path / "tasks.db")
+    client = CairnQ(SQLiteStore(path))
+    procs = Procs(tmp_path)
+    try:
+        await client.connect()
+        procs.start("worker", ECHO_WORKER, {"path": path, "poll_interval_ms": WAIT_MS})
+        # The caller's own waits are as long as the worker's: a missed wakeup
+        # on either side costs a whole WAIT_MS.
+        poll = {"poll_ms": WAIT_MS, "max_poll_ms": WAIT_MS}
+        assert await client.call("echo", -1, timeout_ms=60_000, **poll) == -1  # the worker is up
+        slow = []
+        for i in range(300):
+            seconds = await _seconds(client.call("echo", i, timeout_ms=30_000, **poll))
+            if seconds >= PROMPT_S:
+                slow.append((i, round(seconds, 3)))
+        assert slow == [], (
+            f"calls that waited out a poll interval (of 300): {slow}\n{procs.outputs()}"
+        )
+    finally:
+        procs.cleanup()
+        await client.close()
