@@ -434,20 +434,25 @@ def _pg_positional(name: str) -> tuple[str, tuple[str, ...]]:
 
 
 async def _floor_pg_lane(target: str, n_goal: list[int], batch: int, worker: str) -> None:
+    """One connection claiming and settling until the shared goal is met."""
     import psycopg
 
     claim, claim_slots = _pg_positional("claim_one_queue_one_name")
     complete, complete_slots = _pg_positional("complete_many")
+    empty_since: float | None = None
     async with await psycopg.AsyncConnection.connect(target, autocommit=False) as conn:
         while n_goal[0] > 0:
             values = {"worker_id": worker, "lease_ms": 30_000, "queue": "default", "name": "noop", "limit": batch}
             cur = await conn.execute(claim, [values[s] for s in claim_slots], prepare=True)
             ids = [row[0] for row in await cur.fetchall()]
-            if not ids:
+            if not ids:  # the last rows are locked by the other lane, about to be settled
                 await conn.rollback()
-                if n_goal[0] > 0 and n_goal[1] == 0:
-                    raise RuntimeError("the floor loop ran dry")
-                return
+                empty_since = empty_since or time.perf_counter()
+                if time.perf_counter() - empty_since > 5:
+                    raise RuntimeError(f"the floor loop ran dry with {n_goal[0]} tasks to go")
+                await asyncio.sleep(0.001)
+                continue
+            empty_since = None
             settle = {"ids": ids, "result": None, "worker_id": worker}
             cur = await conn.execute(complete, [settle[s] for s in complete_slots], prepare=True)
             n_goal[0] -= len(await cur.fetchall())
@@ -459,7 +464,7 @@ def _floor_pg(target: str, n: int, batch: int, lanes: int) -> float:
     transaction per claim + complete_many; ``lanes`` connections at once
     (two: one claims while the other commits, the floor for an SDK that
     overlaps its round trips)."""
-    goal = [n, 0]
+    goal = [n]  # tasks still to settle, shared by the lanes
 
     async def run() -> float:
         started = time.perf_counter()
