@@ -422,6 +422,9 @@ async def test_unsubscribe_stops_delivery(backend) -> None:
     first = await q.submit("job")
     async with w.background():
         await finish(q, first.id)
+        # The worker reports task.succeeded once its write returns, which may
+        # be a moment after another connection already reads the task as done.
+        await eventually(lambda: len(got) == 3)
         stop()
         count = len(got)
         second = await q.submit("job")
