@@ -173,7 +173,8 @@ class SqliteEngine:
         # A waiter must count the changes since the read it decided to sleep
         # on, not since it began to wait: a commit in between would otherwise
         # go unnoticed for a whole timeout. Probes note where they stood here
-        # (given the statement that reads the counter; without it, they don't).
+        # (given the statement that reads the counter, ``data_version``;
+        # without it, neither works).
         self._data_version_sql = data_version_sql
         self._probe_stamps: dict[str, tuple[int, int]] = {}
         # Claim loops now sleeping until a change: while one is, deferred
@@ -230,14 +231,14 @@ class SqliteEngine:
         while True:
             if self._in_txn:
                 await self._wait_gate()
-            conn = self.conn
             try:
                 # No suspension between the stamp and the statement: the stamp
                 # is never younger than what the read saw.
-                if probe is not None and self._data_version_sql is not None:
-                    version = conn.execute(self._data_version_sql).fetchone()[0]
-                    self._probe_stamps[probe] = (self.commits, int(version))
-                return conn.execute(sql, params).fetchall()
+                if probe is not None:
+                    version = self.data_version()
+                    if version is not None:
+                        self._probe_stamps[probe] = (self.commits, version)
+                return self.conn.execute(sql, params).fetchall()
             except sqlite3.OperationalError as exc:
                 if not is_busy(exc):
                     raise
@@ -713,12 +714,13 @@ class SqliteEngine:
             timer.cancel()
             self._commit_waiters.discard(waiter)
 
-    def data_version(self, sql: str) -> int | None:
+    def data_version(self) -> int | None:
         """The file's change counter, or None while our own transaction owns
-        the connection (it is checked again on the next tick)."""
-        if self._in_txn or self._closing:
+        the connection (it is checked again on the next tick), or when the
+        engine was not given the statement that reads it."""
+        if self._in_txn or self._closing or self._data_version_sql is None:
             return None
-        return int(self.conn.execute(sql).fetchone()[0])
+        return int(self.conn.execute(self._data_version_sql).fetchone()[0])
 
     # -- maintenance and shutdown ------------------------------------------
 

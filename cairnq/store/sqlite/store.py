@@ -319,10 +319,9 @@ class SQLiteStore(TaskStore):
         after that read but before this wait began ends the wait at once
         instead of being taken for the starting point and slept through."""
         engine = await self._connected_or_closed()
-        sql = self._statements["data_version"].text
         deadline = _monotonic() + timeout_s
         stamp = None if kind is None else engine.take_probe_stamp(kind)
-        version = engine.data_version(sql)
+        version = engine.data_version()
         if stamp is None:
             commits = engine.commits
         else:
@@ -340,7 +339,7 @@ class SQLiteStore(TaskStore):
                 return True
             if _monotonic() >= self._file_check_due and await self._reopened_if_replaced(engine):
                 return True
-            now_version = engine.data_version(sql)
+            now_version = engine.data_version()
             if now_version is not None:
                 if version is not None and now_version != version:
                     return True
