@@ -345,11 +345,7 @@ def mark_completed(ctx: TaskContext, status: str) -> None:
     if status == "canceled":
         ctx._cancel_seen = True
     if _SETTLED.on:
-        channel = _BY_STATUS.get(status)
-        if channel is not None and channel.on:
-            started = ctx._run_started
-            run_s = None if started is None else _clock() - started
-            _emit_task(channel, channel.kind, ctx._task, ctx._worker_id, None, run_s, None)
+        _emit_settled(ctx, status, None)
 
 
 def mark_failed(ctx: TaskContext, answer: Any, envelope: dict[str, Any], retryable: bool) -> None:

@@ -17,7 +17,9 @@ Free text (a progress message) obeys the first two rules only.
 from __future__ import annotations
 
 import math
+import os
 import re
+from collections.abc import Mapping
 from typing import Any, Sequence
 
 from cairnq.models import STATUSES, TERMINAL
@@ -268,8 +270,6 @@ def check_max_run_ms(value: Any) -> None:
 
 def check_capacities(resources: Any) -> dict[str, int]:
     """``resources=``: None, or a dict of resource name -> capacity >= 1."""
-    from collections.abc import Mapping
-
     capacities: dict[str, int] = {}
     if resources is None:
         return capacities
@@ -287,8 +287,6 @@ def check_capacities(resources: Any) -> dict[str, int]:
 
 def check_worker_store(store: Any) -> None:
     """A store object, not the path of one."""
-    import os
-
     if isinstance(store, (str, bytes, os.PathLike)):
         raise TypeError(
             f"store must be a TaskStore, got {type(store).__name__} "

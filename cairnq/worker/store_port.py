@@ -22,10 +22,6 @@ class StorePort(StoreWorkerPort):
         super().__init__(store, worker_id, lease_ms)
         self._completions = Completions(self)
 
-    def stock(self, name: str) -> bool:
-        """Whether ``store.<name>`` is cairnq's own, unwrapped and unreplaced."""
-        return self.own(name)
-
     def complete(self, task_id: str, result: Any) -> Awaitable[str]:
         """Settle one task the handler left: its final status ("succeeded", or
         "canceled" where a cancel won). Raises SerializationError (nothing
