@@ -16,7 +16,7 @@ __all__ = ["OWN_CHECKED", "register_own", "is_own"]
 # The methods whose replacement switches a private path off, and for each
 # the functions cairnq defines for it (filled by ``register_own`` as each
 # store class is defined, before any user code can patch it).
-OWN_CHECKED = ("claim_session", "complete", "heartbeat_batch", "_fetch")
+OWN_CHECKED = ("claim_session", "complete", "heartbeat_batch", "_fetch", "claim_wake")
 _OWN: dict[str, tuple[Any, ...]] = {name: () for name in OWN_CHECKED}
 _NO_ATTRIBUTES: dict[str, Any] = {}
 

@@ -76,6 +76,23 @@ class WorkerPort(WatchPort, Protocol):
     def wake_pushed(self) -> bool:
         """News of work is pushed to ``wake`` and kept until it waits."""
 
+    def idle_wait(
+        self, queues: list[str], names: Optional[Sequence[str]], poll_interval_ms: int
+    ) -> Awaitable[Optional[bool]]:
+        """An idle claim loop's sleep: until news of work (True) or its next
+        probe is due. In a fleet (PostgreSQL, listener up) the idle workers
+        of the same queues and names share the probing and the news of work;
+        otherwise ``wake`` for ``poll_interval_ms``."""
+
+    def probe_due(
+        self, queues: list[str], names: Optional[Sequence[str]], poll_interval_ms: int
+    ) -> Optional[bool]:
+        """In a fleet: whether this worker's turn to probe has come; None when
+        there is no fleet (the worker probes every ``poll_interval_ms``)."""
+
+    async def leave(self) -> None:
+        """The claim loop stopped: no more a member of a fleet."""
+
     async def beat(self, task_ids: list[str]) -> dict[str, bool]:
         """Renew these leases (deferred): ``{id: cancel_requested}`` for each one held."""
 
@@ -163,6 +180,31 @@ class StoreWorkerPort(StoreWatchPort):
     @property
     def wake_pushed(self) -> bool:
         return bool(getattr(self.store, "_claim_wake_pushed", False))
+
+    def _fleet(self, name: str) -> Any:
+        """The store's fleet operation ``name``, while its claim_wake is its own
+        (a wrapped or replaced claim_wake is called as 0.15.1 called it)."""
+        found = getattr(self.store, name, None)
+        return found if found is not None and is_own(self.store, "claim_wake") else None
+
+    def idle_wait(
+        self, queues: list[str], names: Optional[Sequence[str]], poll_interval_ms: int
+    ) -> Awaitable[Optional[bool]]:
+        wait = self._fleet("_fleet_wait")
+        if wait is None:
+            return self.store.claim_wake(queues, poll_interval_ms)
+        return wait(self.worker_id, queues, names, poll_interval_ms)  # type: ignore[no-any-return]
+
+    def probe_due(
+        self, queues: list[str], names: Optional[Sequence[str]], poll_interval_ms: int
+    ) -> Optional[bool]:
+        due = self._fleet("_fleet_probe_due")
+        return None if due is None else due(self.worker_id, queues, names, poll_interval_ms)  # type: ignore[no-any-return]
+
+    async def leave(self) -> None:
+        leave = getattr(self.store, "_fleet_leave", None)
+        if leave is not None:
+            await leave(self.worker_id)
 
     # -- beating and settling -------------------------------------------------------
 

@@ -81,6 +81,17 @@ class Worker:
     ``max(50, lease_ms // 3)``), ``claim_batch`` (cap on calls a source starts
     per poll), ``max_in_flight_bytes`` (stop claiming while the running
     payloads' JSON size reaches it), and ``concurrency=`` per task name.
+
+    ``poll_interval_ms`` is how often an idle worker looks for work nobody
+    announced (expired leases, delayed tasks come due), as in 0.15.1, on
+    SQLite and on PostgreSQL while the listener is down. On PostgreSQL with
+    the listener up, new work is announced (LISTEN/NOTIFY) and the idle
+    workers of one database that claim the same queues and task names share
+    the looking: one of them probes every ``poll_interval_ms`` for all of
+    them, the others about every 16 intervals, and a notification of new
+    work wakes the one and a share of the others rather than every worker.
+    ``poll_interval_ms`` is then how often that fleet probes, not each of
+    its workers (see ``cairnq/store/postgres/fleet.py``).
     """
 
     def __init__(
@@ -322,10 +333,16 @@ class Worker:
     # -- the claim loop --------------------------------------------------------------
 
     async def _poll_loop(self, limit: int) -> None:
+        try:
+            await self._claim_loop(limit)
+        finally:
+            await self._port.leave()
+
+    async def _claim_loop(self, limit: int) -> None:
         stop = self._stop_event
         assert stop is not None and self._call_done is not None
         news_of_work = False  # the store just told of new work: claim without probing
-        probe_due = 0.0  # ... unless a probe (it also finds expired leases) is due
+        probed_at = float("-inf")  # ... unless a probe (it also finds expired leases) is due
         while not self._stopping:
             free = limit - self._running
             if free > 0 and self._max_in_flight_bytes is not None:
@@ -337,7 +354,7 @@ class Worker:
             if not self._registry.claim_sources:
                 await self._idle(resource_wake=False)
                 continue
-            probe = not news_of_work or time.monotonic() >= probe_due
+            probe = not news_of_work or self._probe_due(probed_at)
             news_of_work = False
             try:
                 plan = self._planner.plan(free, self._in_use.__getitem__)
@@ -350,10 +367,14 @@ class Worker:
                 await self._first_of(asyncio.sleep(CLAIM_ERROR_BACKOFF_S), stop.wait())
                 continue
             if probed:
-                probe_due = time.monotonic() + self._poll_interval_ms / 1000
+                probed_at = time.monotonic()
             if calls:
                 for call in calls:
                     self._dispatch(call)
+                if self._planner.drew_full and self._port.wake_pushed:
+                    # More may be due: claim again at once, without a probe
+                    # (one is taken when due all the same).
+                    news_of_work = True
             if not calls or (
                 len(calls) < free and not self._planner.drew_full and self._port.wake_pushed
             ):
@@ -363,10 +384,22 @@ class Worker:
                 # notification that lands meanwhile is kept for the wait.
                 news_of_work = await self._idle(resource_wake=True)
 
+    def _probe_due(self, probed_at: float) -> bool:
+        """Whether this claim probes first though told of work: once per poll
+        interval, or, in a fleet, when this worker's turn has come."""
+        due = self._port.probe_due(self._queues, self._registry.names, self._poll_interval_ms)
+        if due is None:
+            return time.monotonic() >= probed_at + self._poll_interval_ms / 1000
+        return due
+
     async def _idle(self, *, resource_wake: bool) -> bool:
-        """Sleep until there may be work; True on news of work from the store."""
+        """Sleep until there may be work; True on news of work from the store.
+        (In a fleet, the sleep lasts until news for this worker or its turn to
+        probe: see ``Worker``'s ``poll_interval_ms``.)"""
         assert self._stop_event is not None and self._call_done is not None
-        wake = asyncio.ensure_future(self._port.wake(self._queues, self._poll_interval_ms))
+        wake = asyncio.ensure_future(
+            self._port.idle_wait(self._queues, self._registry.names, self._poll_interval_ms)
+        )
         waits: list[Any] = [wake, self._stop_event.wait()]
         if resource_wake and self._registry.capacities:
             self._call_done.clear()  # a finished call frees its resource units

@@ -1,7 +1,8 @@
 """LISTEN/NOTIFY wakeups: one listening connection per store.
 
 ``cairnq_queued`` (payload: queue) and ``cairnq_done`` (payload: task id) are
-raised by the 0003 trigger for every writer, whatever its SDK. Notifications
+raised by the 0003 trigger for every writer, whatever its SDK (the queued
+ones also go to ``fleet``: which idle worker of a fleet they wake). Notifications
 only shorten sleeps; correctness never depends on them. The connection is
 started in the background and re-established with backoff (1 s doubling to
 30 s) when it drops; an executor that can never LISTEN (no ``listen``, or
@@ -15,6 +16,7 @@ import logging
 from typing import Any, Callable, Iterable, Optional
 
 from cairnq.store.postgres.executor import ListenUnavailable, PgExecutor
+from cairnq.store.postgres.fleet import Fleet
 
 log = logging.getLogger("cairnq.store")
 
@@ -44,6 +46,7 @@ class Listener:
         self._queued_waiters: dict[str, set[asyncio.Future[bool]]] = {}
         self._done_waiters: dict[str, set[asyncio.Future[bool]]] = {}
         self._subscribers: list[Callable[[str, Optional[str]], None]] = []
+        self.fleet = Fleet()
 
     @property
     def connected(self) -> bool:
@@ -105,6 +108,8 @@ class Listener:
                 self._pending_queues.add(payload)
                 for waiter in self._queued_waiters.pop(payload, ()):
                     _wake(waiter, True)
+            if self.fleet.members:
+                self.fleet.heard_queued(payload)
         elif channel == DONE_CHANNEL and payload is not None:
             for waiter in self._done_waiters.pop(payload, ()):
                 _wake(waiter, True)  # told: the waiter reads the whole row at once
@@ -115,6 +120,7 @@ class Listener:
                 log.debug("watch subscriber raised", exc_info=True)
 
     def _release_all(self) -> None:
+        self.fleet.release()
         for waiters in (*self._queued_waiters.values(), *self._done_waiters.values()):
             for waiter in waiters:
                 _wake(waiter)

@@ -1,0 +1,417 @@
+"""What a fleet of worker processes costs PostgreSQL.
+
+    python bench/fleet.py                          # fleets of 1, 4, 12, 24 workers
+    python bench/fleet.py --sizes 4,24 --window 10 --json out.json
+
+For each fleet size N, against a fresh database: N real worker processes
+(``Worker.postgres``, concurrency 4, no-op handlers, default settings unless
+``--poll-interval-ms``), then
+
+* **idle**: transactions per second per worker, over ``--window`` seconds
+  after a warm-up, nothing submitted;
+* **loaded**: one producer submitting ``--rate`` tasks/s; transactions per
+  task over ``--window`` seconds (after a 2 s ramp). The submit, the claim
+  and the settlement are 3;
+* **recovery**: how long after its lease expired a task is run again (a
+  process claims it, with a 1 s lease, and is SIGKILLed; the claim is taken
+  from a queue nobody serves and the row moved to the served queue while it
+  runs, so no fleet worker races the victim for it), and how long after it
+  came due a delayed task is run; ``--samples`` of each, median and max.
+
+Transactions are ``xact_commit + xact_rollback`` of ``pg_stat_database`` for
+the database, whoever ran them (the producer's submits included, the bench's
+own handful of reads too). A backend flushes its counts at most once a
+second while busy, and up to 10 s after it goes idle: the idle window starts
+after a warm-up that long, and the loaded count runs until the counts of the
+load have landed, less the idle fleet's rate over that tail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+WORKER = r"""
+import asyncio, json, signal, sys, time
+from cairnq import Worker
+
+ARGS = json.loads(sys.argv[1])
+
+async def main():
+    options = {}
+    if ARGS["poll_interval_ms"] is not None:
+        options["poll_interval_ms"] = ARGS["poll_interval_ms"]
+    worker = Worker.postgres(ARGS["dsn"], concurrency=4, **options)
+
+    @worker.task("noop")
+    async def noop(ctx, payload):
+        return None
+
+    @worker.task("stamp")
+    async def stamp(ctx, payload):
+        return {"t": time.time() * 1000}
+
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, worker.stop)
+    await worker.store.connect()
+    print("ready", flush=True)
+    try:
+        await worker.run()
+    finally:
+        await worker.close()
+
+asyncio.run(main())
+"""
+
+VICTIM = r"""
+import asyncio, json, sys, time
+from cairnq import CairnQ
+
+ARGS = json.loads(sys.argv[1])
+
+async def main():
+    q = CairnQ.postgres(ARGS["dsn"])
+    await q.connect()
+    for task_id in ARGS["ids"]:
+        while True:
+            got = await q.store.claim(queues=["parked"], worker_id="victim", lease_ms=ARGS["lease_ms"], names=["stamp"])
+            if got:
+                break
+            await asyncio.sleep(0.01)
+        print(json.dumps({"id": got[0].id, "lease_until_ms": got[0].lease_until_ms}), flush=True)
+        await asyncio.sleep(ARGS["spacing_s"])
+    await asyncio.sleep(3600)  # SIGKILLed while it holds the leases
+
+asyncio.run(main())
+"""
+
+
+FLUSH_S = 11.0  # an idle backend flushes its pending statistics within 10 s
+
+
+def xacts(conn: Any) -> int:
+    row = conn.execute(
+        "select xact_commit + xact_rollback from pg_stat_database where datname = current_database()"
+    ).fetchone()
+    return int(row[0])
+
+
+def listeners(conn: Any) -> int:
+    """Sessions of the database that LISTEN (their last command was one).
+
+    On PostgreSQL 15 every notification, whatever its channel, costs one
+    transaction in every listening session (it reads the queue in one), and a
+    listening session that runs no command reports its counts to
+    pg_stat_database only when it ends: those transactions are missing from
+    the windows' counts. A task raises two notifications (queued, then done),
+    so they are at most 2 per listening session per task (fewer when several
+    arrive before the session reads them), whatever the workers do: the
+    loaded measure counts them apart, once every session has ended."""
+    row = conn.execute(
+        "select count(*) from pg_stat_activity where datname = current_database() and query ilike 'listen%'"
+    ).fetchone()
+    return int(row[0])
+
+
+def settle_stats(conn: Any) -> None:
+    """Let the statistics of the moment reach pg_stat_database (flushed by
+    each backend at most once a second, or when it goes idle a while)."""
+    time.sleep(1.2)
+    conn.execute("select pg_stat_clear_snapshot()")
+
+
+class Fleet:
+    def __init__(self, dsn: str, n: int, poll_interval_ms: int | None, logdir: Path) -> None:
+        self.procs: list[subprocess.Popen[Any]] = []
+        self.logs: list[Path] = []
+        args = json.dumps({"dsn": dsn, "poll_interval_ms": poll_interval_ms})
+        for i in range(n):
+            log = logdir / f"worker{i}.out"
+            with open(log, "w") as sink:
+                self.procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-c", WORKER, args],
+                        stdout=sink,
+                        stderr=subprocess.STDOUT,
+                        cwd=logdir,
+                    )
+                )
+            self.logs.append(log)
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while not all("ready" in log.read_text() for log in self.logs):
+            for proc, log in zip(self.procs, self.logs):
+                if proc.poll() is not None:
+                    raise RuntimeError(f"a worker exited early:\n{log.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("workers not ready in time")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+LANE_RATE = 40.0  # tasks/s one client submits, one at a time (a commit's flush is ~10 ms here)
+
+
+async def produce(dsn: str, rate: float, seconds: float, started: "asyncio.Event") -> int:
+    """Submit ``rate`` tasks/s for ``seconds`` from independent clients
+    (lanes), each submitting one task at a time: every submit is its own
+    transaction, as separate web requests' would be (nothing for a client's
+    group commit to join). Sets ``started`` once every lane is connected;
+    returns how many were submitted."""
+    from cairnq import CairnQ
+
+    lanes = max(1, math.ceil(rate / LANE_RATE))
+    clients = [CairnQ.postgres(dsn) for _ in range(lanes)]
+    for q in clients:
+        await q.stats()  # connected (migrations checked) before anything is counted
+    started.set()
+    begun = time.monotonic()
+
+    async def lane(q: Any, lane_rate: float) -> int:
+        n = 0
+        while time.monotonic() - begun < seconds:
+            await q.submit("noop", {"n": n})
+            n += 1
+            ahead = n / lane_rate - (time.monotonic() - begun)
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+        return n
+
+    try:
+        counts = await asyncio.gather(*(lane(q, rate / lanes) for q in clients))
+    finally:
+        for q in clients:
+            await q.close()
+    return sum(counts)
+
+
+def measure_loaded(
+    conn: Any, dsn: str, rate: float, window: float, idle_rate: float
+) -> dict[str, Any]:
+    """Transactions per task: from just before the producer starts until every
+    backend has flushed its statistics (an idle backend holds them up to 10 s),
+    less what the idle fleet spent in that tail (measured just before)."""
+
+    async def run() -> tuple[int, int, float, int]:
+        connected = asyncio.Event()
+        producer = asyncio.ensure_future(produce(dsn, rate, window, connected))
+        await connected.wait()
+        await asyncio.sleep(0.5)  # the producer's listeners are up too
+        listening = listeners(conn)
+        before = xacts(conn)
+        n = await producer
+        stopped = time.monotonic()
+        await asyncio.sleep(FLUSH_S)
+        conn.execute("select pg_stat_clear_snapshot()")
+        return xacts(conn) - before, n, time.monotonic() - stopped, listening
+
+    tx, tasks, tail_s, listening = asyncio.run(run())
+    spent = tx - idle_rate * tail_s
+    return {
+        "transactions": tx,
+        "idle_tail": round(idle_rate * tail_s),
+        "tasks": tasks,
+        "rate": tasks / window,
+        "per_task": spent / max(1, tasks),
+        # Not in the count above: see listeners().
+        "listening_sessions": listening,
+        "listener_reads_per_task_at_most": 2 * listening,
+    }
+
+
+def measure_recovery(dsn: str, samples: int, logdir: Path) -> dict[str, Any]:
+    import psycopg
+
+    conn = psycopg.connect(dsn, autocommit=True)
+    # Expired leases: a victim claims from "parked"; the row is moved to the
+    # served queue while running (an update of queue only: no notification).
+    from cairnq import CairnQ
+
+    async def submit_parked() -> list[str]:
+        async with CairnQ.postgres(dsn) as q:
+            return [(await q.submit("stamp", {}, queue="parked")).id for _ in range(samples)]
+
+    ids = asyncio.run(submit_parked())
+    log = logdir / "victim.out"
+    with open(log, "w") as sink:
+        victim = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                VICTIM,
+                json.dumps({"dsn": dsn, "ids": ids, "lease_ms": 1_000, "spacing_s": 0.37}),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=sink,
+            text=True,
+            cwd=logdir,
+        )
+    leases: dict[str, int] = {}
+    assert victim.stdout is not None
+    for _ in range(samples):
+        line = victim.stdout.readline()
+        if not line:
+            raise RuntimeError(f"victim died:\n{log.read_text()}")
+        claimed = json.loads(line)
+        conn.execute("update cairnq_tasks set queue = 'default' where id = %s", [claimed["id"]])
+        leases[claimed["id"]] = claimed["lease_until_ms"]
+    victim.kill()
+    victim.wait()
+
+    # Delayed tasks, coming due at spread-out moments.
+    async def submit_delayed() -> list[str]:
+        async with CairnQ.postgres(dsn) as q:
+            out = []
+            for i in range(samples):
+                out.append((await q.submit("stamp", {}, delay_ms=1_000 + 370 * i)).id)
+            return out
+
+    delayed = asyncio.run(submit_delayed())
+    wanted = list(leases) + delayed
+    deadline = time.monotonic() + 60
+    rows: list[Any] = []
+    while time.monotonic() < deadline:
+        rows = conn.execute(
+            "select id, status, run_at_ms, result::text from cairnq_tasks where id = any(%s)",
+            [wanted],
+        ).fetchall()
+        if sum(1 for r in rows if r[1] == "succeeded") == len(wanted):
+            break
+        time.sleep(0.1)
+    conn.close()
+    by_id = {r[0]: r for r in rows}
+    lease_ms, delay_ms = [], []
+    for task_id, until in leases.items():
+        r = by_id.get(task_id)
+        if r and r[1] == "succeeded":
+            lease_ms.append(json.loads(r[3])["t"] - until)
+    for task_id in delayed:
+        r = by_id.get(task_id)
+        if r and r[1] == "succeeded":
+            delay_ms.append(json.loads(r[3])["t"] - r[2])
+    return {
+        "lease_ms": sorted(round(x) for x in lease_ms),
+        "delayed_ms": sorted(round(x) for x in delay_ms),
+        "lost": len(wanted) - len(lease_ms) - len(delay_ms),
+    }
+
+
+def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
+    import psycopg
+    from backends import create_database, drop_database, dsn_for
+
+    from cairnq import CairnQ
+
+    name = create_database()
+    dsn = dsn_for(name)
+    logdir = Path(tempfile.mkdtemp(prefix=f"cairnq-fleet{n}-"))
+    fleet = None
+    try:
+
+        async def migrate() -> None:
+            async with CairnQ.postgres(dsn) as q:
+                await q.stats()
+
+        asyncio.run(migrate())
+        fleet = Fleet(dsn, n, args.poll_interval_ms, logdir)
+        fleet.wait_ready()
+        conn = psycopg.connect(dsn, autocommit=True)
+        time.sleep(args.warmup)
+        settle_stats(conn)
+        before = xacts(conn)
+        started = time.monotonic()
+        time.sleep(args.window)
+        conn.execute("select pg_stat_clear_snapshot()")
+        idle_tx = xacts(conn) - before
+        idle_s = time.monotonic() - started
+        idle = {
+            "transactions": idle_tx,
+            "seconds": round(idle_s, 2),
+            "per_worker_s": idle_tx / idle_s / n,
+        }
+        recovery = measure_recovery(dsn, args.samples, logdir)
+        settle_stats(conn)
+        # Last: it ends with the fleet stopped (its sessions' counts land).
+        loaded = measure_loaded(conn, dsn, args.rate, args.window, idle_tx / idle_s, fleet)
+        conn.close()
+        return {"workers": n, "idle": idle, "loaded": loaded, "recovery": recovery}
+    finally:
+        if fleet is not None:
+            fleet.stop()
+        drop_database(name)
+
+
+def _median(xs: list[int]) -> str:
+    return f"{statistics.median(xs):.0f}" if xs else "-"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1,4,12,24")
+    parser.add_argument(
+        "--window", type=float, default=10.0, help="seconds of each measuring window"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=FLUSH_S,
+        help="seconds idle before the idle window (statistics of start-up land)",
+    )
+    parser.add_argument("--rate", type=float, default=200.0, help="tasks/s the producer submits")
+    parser.add_argument(
+        "--samples", type=int, default=4, help="expired leases and delayed tasks each"
+    )
+    parser.add_argument("--poll-interval-ms", type=int, default=None, help="default: the Worker's")
+    parser.add_argument("--json", metavar="FILE", default=None)
+    args = parser.parse_args()
+    results = []
+    for n in [int(s) for s in args.sizes.split(",")]:
+        result = run_size(n, args)
+        results.append(result)
+        print(json.dumps(result), file=sys.stderr, flush=True)
+    print(
+        f"{'workers':>7}  {'idle tx/s/worker':>16}  {'tasks/s':>7}  {'tx/task':>7}  "
+        f"{'+ listener reads/task (<=)':>26}  {'lease recovery ms (med/max)':>27}  {'due ms (med/max)':>16}"
+    )
+    for r in results:
+        rec, loaded = r["recovery"], r["loaded"]
+        lease = f"{_median(rec['lease_ms'])}/{max(rec['lease_ms'], default='-')}"
+        delayed = f"{_median(rec['delayed_ms'])}/{max(rec['delayed_ms'], default='-')}"
+        lost = f" ({rec['lost']} not run)" if rec["lost"] else ""
+        reads = f"{loaded['listener_reads_per_task_at_most']} ({loaded['listening_sessions']} sessions)"
+        print(
+            f"{r['workers']:>7}  {r['idle']['per_worker_s']:>16.2f}  {loaded['rate']:>7.0f}  "
+            f"{loaded['per_task']:>7.2f}  {reads:>26}  {lease:>27}  {delayed:>16}{lost}"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

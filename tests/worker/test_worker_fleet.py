@@ -1,0 +1,129 @@
+"""A fleet of idle worker processes on one database (issue 13): what it costs
+the database, and that it still finds the work nobody announces.
+
+On PostgreSQL with the listener up, idle workers of the same queues and
+names share the probing (one probe per poll interval for the fleet, not one
+per worker) and each ``cairnq_queued`` notification wakes one of them, not
+all (cairnq/store/postgres/fleet.py). Expired leases and delayed tasks
+coming due are announced by nobody: the fleet's probe must still find them
+within about a poll interval, on every dialect. Counts are statements the
+worker processes ran (statement events), bounds generous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fleet_kit import FleetProcs, now_ms
+from processes import Procs, procs  # noqa: F401  (the fixture)
+
+
+@pytest.fixture
+def fleet(procs: Procs, backend: Any, tmp_path: Path) -> FleetProcs:  # noqa: F811
+    return FleetProcs(procs, backend, tmp_path)
+
+
+def _postgres_only(backend: Any) -> None:
+    if backend.dialect != "postgres":
+        pytest.skip("about LISTEN/NOTIFY: PostgreSQL only")
+
+
+def _claims(counts: dict[str, int]) -> int:
+    return sum(n for name, n in counts.items() if name.startswith("claim_"))
+
+
+async def test_idle_workers_with_the_listener_up_share_one_probe_per_interval(
+    backend: Any, fleet: FleetProcs
+) -> None:
+    _postgres_only(backend)
+    await backend.client().stats()  # migrated before the workers race to it
+    workers, interval_ms, seconds = 8, 100, 3.0
+    for i in range(workers):
+        fleet.start(f"w{i}", poll_interval_ms=interval_ms)
+    await fleet.ready()
+    await asyncio.sleep(2.0)  # everyone has heard everyone probe
+    counts = await fleet.window(seconds)
+    polling = workers * seconds * 1000 / interval_ms  # one probe each per interval: 240
+    total = sum(counts.values())
+    # Shared: about one probe per interval for the fleet plus each member's
+    # own every min(N, 8) intervals, ~2 per interval; far below one each.
+    assert total < polling / 2, (total, counts)
+    assert total > 0.5 * seconds * 1000 / interval_ms, (total, counts)  # the fleet does probe
+
+
+async def test_a_burst_into_an_idle_fleet_wakes_about_one_claim_per_task(
+    backend: Any, fleet: FleetProcs
+) -> None:
+    _postgres_only(backend)
+    q = backend.client()
+    await q.stats()
+    workers, tasks = 6, 40
+    for i in range(workers):
+        fleet.start(f"w{i}", poll_interval_ms=500)
+    await fleet.ready()
+    await asyncio.sleep(2.0)
+    before = fleet.counts()
+    for i in range(tasks):  # each its own transaction: its own notification
+        await q.submit("noop", {"i": i})
+        await asyncio.sleep(0.02)
+
+    async def all_done() -> None:
+        while (await q.stats())["default"]["succeeded"] < tasks:
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(all_done(), 30)
+    await asyncio.sleep(0.3)
+    after = fleet.counts()
+    claims = _claims(after) - _claims(before)
+    # Every notification waking every worker would be ~6 claims a task.
+    assert claims <= 2 * tasks, (claims, after)
+    assert claims >= tasks / 4  # claims did run (up to 4 tasks each)
+
+
+async def test_a_killed_workers_expired_lease_is_recovered_by_an_idle_fleet(
+    backend: Any, fleet: FleetProcs
+) -> None:
+    q = backend.client()
+    await q.stats()
+    interval_ms = 200
+    fleet.start("victim", poll_interval_ms=interval_ms, lease_ms=4_000)
+    await fleet.ready(["victim"])
+    task = await q.submit("stamp", {"hold": True})
+    await fleet.stamp_of(task.id, 1, 30)  # the victim holds it
+    for i in range(3):
+        fleet.start(f"w{i}", poll_interval_ms=interval_ms)
+    await fleet.ready()
+    os.kill(fleet.popen["victim"].pid, signal.SIGKILL)
+    fleet.popen["victim"].wait(10)
+    held = await q.get(task.id)
+    assert held.status == "running" and held.lease_until_ms is not None
+    expires = held.lease_until_ms
+    assert expires - now_ms() > 500, "the fleet should idle a while before the lease expires"
+    rerun = await fleet.stamp_of(task.id, 2, 30)
+    delay_ms = rerun["t"] * 1000 - expires
+    assert rerun["label"] != "victim"
+    # About one poll interval; a few, and scheduling noise, allowed.
+    assert delay_ms < 10 * interval_ms, delay_ms
+
+
+async def test_a_delayed_task_is_run_by_an_idle_fleet_near_its_due_time(
+    backend: Any, fleet: FleetProcs
+) -> None:
+    q = backend.client()
+    await q.stats()
+    interval_ms = 200
+    for i in range(3):
+        fleet.start(f"w{i}", poll_interval_ms=interval_ms)
+    await fleet.ready()
+    await asyncio.sleep(1.0)  # idle, probing by turns
+    tasks = [await q.submit("stamp", {}, delay_ms=1_000 + 250 * i) for i in range(3)]
+    for task in tasks:
+        ran = await fleet.stamp_of(task.id, 1, 30)
+        assert task.run_at_ms is not None
+        late_ms = ran["t"] * 1000 - task.run_at_ms
+        assert -50 < late_ms < 10 * interval_ms, late_ms
