@@ -46,10 +46,19 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 WORKER = r"""
-import asyncio, json, signal, sys, time
-from cairnq import Worker
+import asyncio, collections, json, os, signal, sys, time
+from cairnq import Worker, events
 
 ARGS = json.loads(sys.argv[1])
+COUNTS = collections.Counter()  # statements this worker ran, by name (each its own transaction, or fewer)
+events.subscribe(lambda e: COUNTS.__setitem__(e.name, COUNTS[e.name] + 1), ["statement"])
+
+async def report():
+    while True:
+        with open(ARGS["counts"] + ".tmp", "w") as f:
+            json.dump(COUNTS, f)
+        os.replace(ARGS["counts"] + ".tmp", ARGS["counts"])
+        await asyncio.sleep(0.2)
 
 async def main():
     options = {}
@@ -68,6 +77,7 @@ async def main():
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, worker.stop)
     await worker.store.connect()
+    asyncio.ensure_future(report())
     print("ready", flush=True)
     try:
         await worker.run()
@@ -119,8 +129,7 @@ def listeners(conn: Any) -> int:
     pg_stat_database only when it ends: those transactions are missing from
     the windows' counts. A task raises two notifications (queued, then done),
     so they are at most 2 per listening session per task (fewer when several
-    arrive before the session reads them), whatever the workers do: the
-    loaded measure counts them apart, once every session has ended."""
+    arrive before the session reads them), whatever the workers do."""
     row = conn.execute(
         "select count(*) from pg_stat_activity where datname = current_database() and query ilike 'listen%'"
     ).fetchone()
@@ -138,9 +147,12 @@ class Fleet:
     def __init__(self, dsn: str, n: int, poll_interval_ms: int | None, logdir: Path) -> None:
         self.procs: list[subprocess.Popen[Any]] = []
         self.logs: list[Path] = []
-        args = json.dumps({"dsn": dsn, "poll_interval_ms": poll_interval_ms})
+        self.counts = [logdir / f"worker{i}.counts" for i in range(n)]
         for i in range(n):
             log = logdir / f"worker{i}.out"
+            args = json.dumps(
+                {"dsn": dsn, "poll_interval_ms": poll_interval_ms, "counts": str(self.counts[i])}
+            )
             with open(log, "w") as sink:
                 self.procs.append(
                     subprocess.Popen(
@@ -162,6 +174,12 @@ class Fleet:
                 raise RuntimeError("workers not ready in time")
             time.sleep(0.1)
 
+    def statements(self) -> int:
+        """Statements the workers have run so far (reported every 0.2 s)."""
+        return sum(
+            sum(json.loads(path.read_text()).values()) for path in self.counts if path.exists()
+        )
+
     def stop(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
@@ -177,19 +195,11 @@ class Fleet:
 LANE_RATE = 40.0  # tasks/s one client submits, one at a time (a commit's flush is ~10 ms here)
 
 
-async def produce(dsn: str, rate: float, seconds: float, started: "asyncio.Event") -> int:
+async def produce(clients: list[Any], rate: float, seconds: float) -> int:
     """Submit ``rate`` tasks/s for ``seconds`` from independent clients
     (lanes), each submitting one task at a time: every submit is its own
     transaction, as separate web requests' would be (nothing for a client's
-    group commit to join). Sets ``started`` once every lane is connected;
-    returns how many were submitted."""
-    from cairnq import CairnQ
-
-    lanes = max(1, math.ceil(rate / LANE_RATE))
-    clients = [CairnQ.postgres(dsn) for _ in range(lanes)]
-    for q in clients:
-        await q.stats()  # connected (migrations checked) before anything is counted
-    started.set()
+    group commit to join); returns how many were submitted."""
     begun = time.monotonic()
 
     async def lane(q: Any, lane_rate: float) -> int:
@@ -202,46 +212,58 @@ async def produce(dsn: str, rate: float, seconds: float, started: "asyncio.Event
                 await asyncio.sleep(ahead)
         return n
 
-    try:
-        counts = await asyncio.gather(*(lane(q, rate / lanes) for q in clients))
-    finally:
-        for q in clients:
-            await q.close()
+    counts = await asyncio.gather(*(lane(q, rate / len(clients)) for q in clients))
     return sum(counts)
 
 
 def measure_loaded(
-    conn: Any, dsn: str, rate: float, window: float, idle_rate: float
+    conn: Any, dsn: str, rate: float, window: float, idle_rate: float, fleet: Fleet
 ) -> dict[str, Any]:
-    """Transactions per task: from just before the producer starts until every
-    backend has flushed its statistics (an idle backend holds them up to 10 s),
-    less what the idle fleet spent in that tail (measured just before)."""
+    """Transactions per task, two ways.
 
-    async def run() -> tuple[int, int, float, int]:
-        connected = asyncio.Event()
-        producer = asyncio.ensure_future(produce(dsn, rate, window, connected))
-        await connected.wait()
-        await asyncio.sleep(0.5)  # the producer's listeners are up too
+    ``statements_per_task``: the producer's submit (one transaction each)
+    plus every statement the workers ran (claims, settlements, probes,
+    turns: each one transaction, or less where writes were grouped), per
+    task: what the workers do with the database.
+
+    ``per_task``: every transaction of the database from just before the
+    producer starts until the producer and the fleet have closed (a session
+    reports its counts when it ends), less the idle fleet's rate over the
+    tail: that also counts the listening sessions' reads of the load's
+    notifications (see listeners()), which no worker policy changes.
+    """
+    from cairnq import CairnQ
+
+    async def run() -> dict[str, Any]:
+        lanes = max(1, math.ceil(rate / LANE_RATE))
+        clients = [CairnQ.postgres(dsn) for _ in range(lanes)]
+        for q in clients:
+            await q.stats()  # connected (migrations checked) before anything is counted
+        await asyncio.sleep(0.5)  # their listeners are up too
         listening = listeners(conn)
         before = xacts(conn)
-        n = await producer
+        statements_before = fleet.statements()
+        n = await produce(clients, rate, window)
+        await asyncio.sleep(1.0)  # the last tasks run
+        statements = fleet.statements() - statements_before
         stopped = time.monotonic()
-        await asyncio.sleep(FLUSH_S)
+        for q in clients:
+            await q.close()
+        fleet.stop()  # every session ends, and reports its counts
+        await asyncio.sleep(2.0)
         conn.execute("select pg_stat_clear_snapshot()")
-        return xacts(conn) - before, n, time.monotonic() - stopped, listening
+        total = xacts(conn) - before - idle_rate * (time.monotonic() - stopped)
+        return {
+            "transactions": total,
+            "tasks": n,
+            "rate": n / window,
+            "per_task": total / max(1, n),
+            "worker_statements_per_task": statements / max(1, n),
+            "statements_per_task": (statements + n) / max(1, n),
+            "listening_sessions": listening,
+        }
 
-    tx, tasks, tail_s, listening = asyncio.run(run())
-    spent = tx - idle_rate * tail_s
-    return {
-        "transactions": tx,
-        "idle_tail": round(idle_rate * tail_s),
-        "tasks": tasks,
-        "rate": tasks / window,
-        "per_task": spent / max(1, tasks),
-        # Not in the count above: see listeners().
-        "listening_sessions": listening,
-        "listener_reads_per_task_at_most": 2 * listening,
-    }
+    return asyncio.run(run())
 
 
 def measure_recovery(dsn: str, samples: int, logdir: Path) -> dict[str, Any]:
@@ -395,18 +417,18 @@ def main() -> None:
         results.append(result)
         print(json.dumps(result), file=sys.stderr, flush=True)
     print(
-        f"{'workers':>7}  {'idle tx/s/worker':>16}  {'tasks/s':>7}  {'tx/task':>7}  "
-        f"{'+ listener reads/task (<=)':>26}  {'lease recovery ms (med/max)':>27}  {'due ms (med/max)':>16}"
+        f"{'workers':>7}  {'idle tx/s/worker':>16}  {'tasks/s':>7}  {'stmts/task':>10}  "
+        f"{'all tx/task':>19}  {'lease recovery ms (med/max)':>27}  {'due ms (med/max)':>16}"
     )
     for r in results:
         rec, loaded = r["recovery"], r["loaded"]
         lease = f"{_median(rec['lease_ms'])}/{max(rec['lease_ms'], default='-')}"
         delayed = f"{_median(rec['delayed_ms'])}/{max(rec['delayed_ms'], default='-')}"
         lost = f" ({rec['lost']} not run)" if rec["lost"] else ""
-        reads = f"{loaded['listener_reads_per_task_at_most']} ({loaded['listening_sessions']} sessions)"
+        every = f"{loaded['per_task']:.1f} ({loaded['listening_sessions']} lsn)"
         print(
             f"{r['workers']:>7}  {r['idle']['per_worker_s']:>16.2f}  {loaded['rate']:>7.0f}  "
-            f"{loaded['per_task']:>7.2f}  {reads:>26}  {lease:>27}  {delayed:>16}{lost}"
+            f"{loaded['statements_per_task']:>10.2f}  {every:>19}  {lease:>27}  {delayed:>16}{lost}"
         )
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))

@@ -90,7 +90,7 @@ class WorkerPort(WatchPort, Protocol):
         """In a fleet: whether this worker's turn to probe has come; None when
         there is no fleet (the worker probes every ``poll_interval_ms``)."""
 
-    async def leave(self) -> None:
+    def leave(self) -> None:
         """The claim loop stopped: no more a member of a fleet."""
 
     async def beat(self, task_ids: list[str]) -> dict[str, bool]:
@@ -201,10 +201,10 @@ class StoreWorkerPort(StoreWatchPort):
         due = self._fleet("_fleet_probe_due")
         return None if due is None else due(self.worker_id, queues, names, poll_interval_ms)  # type: ignore[no-any-return]
 
-    async def leave(self) -> None:
+    def leave(self) -> None:
         leave = getattr(self.store, "_fleet_leave", None)
         if leave is not None:
-            await leave(self.worker_id)
+            leave(self.worker_id)
 
     # -- beating and settling -------------------------------------------------------
 

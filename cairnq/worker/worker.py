@@ -88,7 +88,7 @@ class Worker:
     the listener up, new work is announced (LISTEN/NOTIFY) and the idle
     workers of one database that claim the same queues and task names share
     the looking: one of them probes every ``poll_interval_ms`` for all of
-    them, the others about every 16 intervals, and a notification of new
+    them, the others about every min(N, 16) intervals (N workers), and a notification of new
     work wakes the one and a share of the others rather than every worker.
     ``poll_interval_ms`` is then how often that fleet probes, not each of
     its workers (see ``cairnq/store/postgres/fleet.py``).
@@ -336,7 +336,7 @@ class Worker:
         try:
             await self._claim_loop(limit)
         finally:
-            await self._port.leave()
+            self._port.leave()
 
     async def _claim_loop(self, limit: int) -> None:
         stop = self._stop_event

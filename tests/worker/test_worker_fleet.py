@@ -2,9 +2,9 @@
 the database, and that it still finds the work nobody announces.
 
 On PostgreSQL with the listener up, idle workers of the same queues and
-names share the probing (one probe per poll interval for the fleet, not one
-per worker) and each ``cairnq_queued`` notification wakes one of them, not
-all (cairnq/store/postgres/fleet.py). Expired leases and delayed tasks
+names share the probing (a leader probes every poll interval, the others
+now and then) and a ``cairnq_queued`` notification wakes the leader and a
+share of the others, not all (cairnq/store/postgres/fleet.py). Expired leases and delayed tasks
 coming due are announced by nobody: the fleet's probe must still find them
 within about a poll interval, on every dialect. Counts are statements the
 worker processes ran (statement events), bounds generous.
@@ -50,8 +50,8 @@ async def test_idle_workers_with_the_listener_up_share_one_probe_per_interval(
     counts = await fleet.window(seconds)
     polling = workers * seconds * 1000 / interval_ms  # one probe each per interval: 240
     total = sum(counts.values())
-    # Shared: about one probe per interval for the fleet plus each member's
-    # own every min(N, 8) intervals, ~2 per interval; far below one each.
+    # Shared: the leader's probe every interval, and each other member's
+    # turn (two statements) about every 8 intervals: ~3 per interval.
     assert total < polling / 2, (total, counts)
     assert total > 0.5 * seconds * 1000 / interval_ms, (total, counts)  # the fleet does probe
 
@@ -80,8 +80,9 @@ async def test_a_burst_into_an_idle_fleet_wakes_about_one_claim_per_task(
     await asyncio.sleep(0.3)
     after = fleet.counts()
     claims = _claims(after) - _claims(before)
-    # Every notification waking every worker would be ~6 claims a task.
-    assert claims <= 2 * tasks, (claims, after)
+    # Every notification waking every worker would be up to 6 claims a task
+    # (fewer where a worker's notifications pile up while it claims).
+    assert claims <= 2.5 * tasks, (claims, after)
     assert claims >= tasks / 4  # claims did run (up to 4 tasks each)
 
 
@@ -91,6 +92,8 @@ async def test_a_killed_workers_expired_lease_is_recovered_by_an_idle_fleet(
     q = backend.client()
     await q.stats()
     interval_ms = 200
+    # The victim starts first and alone: it leads the fleet when it is
+    # killed, and the others must take over the probing too.
     fleet.start("victim", poll_interval_ms=interval_ms, lease_ms=4_000)
     await fleet.ready(["victim"])
     task = await q.submit("stamp", {"hold": True})

@@ -4,30 +4,33 @@ Without this, every idle worker probes once per ``poll_interval_ms`` and
 every ``cairnq_queued`` notification wakes every listening worker into a
 claim: a fleet of N costs N times what one worker costs, idle or loaded.
 With the listener up, the workers that claim the same queues and task names
-of one installation (a **fleet**) share that work instead, coordinated by
-advisory locks that each member holds on a connection of its own (its
-**fleet connection**: a session that ends with the process, however it
-ends), never by notifications (on PostgreSQL before 17 every notification
-costs a transaction in every listening session of the database):
+of one installation (a **fleet**) share that work instead. They coordinate
+through what PostgreSQL already shows, never through notifications (on
+PostgreSQL 15 every notification costs a transaction in every listening
+session of the database, whatever its channel) nor a connection more:
 
-* every member holds a shared lock ``(key, 0)``: the fleet's size is the
-  number of holders;
-* one member, the **leader**, holds ``(key, 1)``: it probes every poll
-  interval (expired leases, delayed tasks come due) for the fleet, and
+* each member's listening session last runs LISTEN on a channel of its own
+  (``cairnq_fleet_<key>_<worker id>``; nothing is ever sent there), so
+  ``pg_stat_activity`` lists the fleet's live members, and a killed
+  worker's session, ending, takes it off the list;
+* the member with the smallest worker id is the **leader**: it probes every
+  poll interval (expired leases, delayed tasks come due) for the fleet, and
   claims on every notification, as a lone worker does;
-* the others take a **turn** every ``TURN_ROUNDS`` poll intervals or so
-  (jittered): they try for the leader's lock (free again once a leader's
-  session ends), read the fleet's size, and probe once. Between turns they
-  sleep until news of work, and claim on a notification with probability
-  ``NEWS_SHARE / size``, so a burst is shared without every notification
-  waking every worker.
+* every member takes a **turn** (reads the list: ``fleet_turn``) about every
+  ``min(size, TURN_ROUNDS)`` poll intervals (at least 2; jittered; the
+  leader every ``TURN_ROUNDS``), and the others probe once at each turn.
+  Between turns they sleep until news of work, and claim on a notification
+  with probability ``NEWS_SHARE / size``, so a burst is shared without every
+  notification waking every worker.
 
 Notifications only shorten sleeps: a notification no member claims on is
 claimed by the leader's next claim or probe (at most one poll interval) or
 the next notification's claim (which takes up to its free slots). A leader
-whose slots are all busy does not probe meanwhile; the others' turns do.
-With the listener down, or no fleet connection (a store built on a
-``PgExecutor``), nothing here applies: each worker polls every interval.
+whose slots are all busy does not probe meanwhile; the others' turns do. A
+member that cannot see itself in the list (the role may not read other
+sessions' commands, a second worker of the same store) acts alone: it
+probes every interval and claims on every notification, as before. With
+the listener down, nothing here applies: each worker polls every interval.
 """
 
 from __future__ import annotations
@@ -39,31 +42,53 @@ import random
 import time
 from typing import Callable, Optional, Sequence
 
-__all__ = ["Fleet", "FleetMember", "fleet_key", "TURN_ROUNDS", "NEWS_SHARE", "TURN_SPREAD"]
+__all__ = [
+    "Fleet",
+    "FleetMember",
+    "fleet_key",
+    "fleet_prefix",
+    "TURN_ROUNDS",
+    "NEWS_SHARE",
+    "TURN_SPREAD",
+]
 
-TURN_ROUNDS = 16  # a member that is not the leader takes a turn about every 16 intervals
+TURN_ROUNDS = 16  # a member takes a turn about every min(size, 16) intervals
 TURN_SPREAD = (0.5, 1.5)  # ... drawn in this multiple of it, so turns spread out
 NEWS_SHARE = 0.5  # the members that are not the leader claim on 1 notification in 2 * size
 
 
-def fleet_key(schema: Optional[str], queues: Sequence[str], names: Optional[Sequence[str]]) -> int:
-    """The advisory lock key (a positive int4) of the workers of one
-    installation that claim the same queues and task names."""
+def fleet_key(schema: Optional[str], queues: Sequence[str], names: Optional[Sequence[str]]) -> str:
+    """The same for the workers of one installation that claim the same
+    queues and task names (8 hex digits)."""
     shape = [schema, sorted(queues), None if names is None else sorted(names)]
-    digest = hashlib.sha1(json.dumps(shape).encode()).digest()
-    return int.from_bytes(digest[:4], "big") & 0x7FFF_FFFF
+    return hashlib.sha1(json.dumps(shape).encode()).hexdigest()[:8]
+
+
+def fleet_prefix(key: str) -> str:
+    """The members' channels are this followed by their worker id."""
+    return f"cairnq_fleet_{key}_"
+
+
+def member_channel(key: str, worker_id: str) -> Optional[str]:
+    """The channel a member's listening session announces itself by; None
+    for an id that is not ours to spell into a LISTEN (letters, digits and
+    underscores, the whole name within PostgreSQL's 63 bytes)."""
+    channel = fleet_prefix(key) + worker_id
+    if len(channel) > 63 or not all(c.isascii() and (c.isalnum() or c == "_") for c in worker_id):
+        return None
+    return channel
 
 
 class FleetMember:
     """A worker of this process in a fleet."""
 
-    def __init__(self, worker_id: str, key: int, queues: frozenset[str], interval_s: float) -> None:
+    def __init__(self, worker_id: str, key: str, queues: frozenset[str], interval_s: float) -> None:
         self.id = worker_id
         self.key = key
         self.queues = queues
         self.interval_s = interval_s
-        self.joined = False  # its fleet connection holds (key, 0)
-        self.leader = False
+        self.channel = member_channel(key, worker_id)
+        self.leader = True  # until a turn says otherwise: alone
         self.size = 1
         self.next_turn = float("-inf")
         self.waiter: Optional[asyncio.Future[bool]] = None
@@ -81,13 +106,15 @@ class Fleet:
         self.members: dict[str, FleetMember] = {}
 
     def join(
-        self, worker_id: str, key: int, queues: Sequence[str], interval_s: float
+        self, worker_id: str, key: str, queues: Sequence[str], interval_s: float
     ) -> FleetMember:
         member = self.members.get(worker_id)
         if member is not None and member.key == key and member.interval_s == interval_s:
             return member
         self.leave(worker_id)
-        member = self.members[worker_id] = FleetMember(worker_id, key, frozenset(queues), interval_s)
+        member = self.members[worker_id] = FleetMember(
+            worker_id, key, frozenset(queues), interval_s
+        )
         return member
 
     def leave(self, worker_id: str) -> Optional[FleetMember]:
@@ -96,16 +123,22 @@ class Fleet:
             _settle(member.waiter, False)
         return member
 
-    def took_turn(self, member: FleetMember, leader: bool, size: int) -> None:
-        """A turn's answer; the next turn is drawn."""
-        # Two workers of one process in one fleet share its session's lock:
-        # only one of them leads.
-        others = [m for m in self.members.values() if m is not member and m.key == member.key]
-        member.leader = leader and not any(m.leader for m in others)
-        member.size = max(1, size)
+    def took_turn(self, member: FleetMember, members: Sequence[str]) -> None:
+        """A turn's answer (the fleet's members, by worker id); the next
+        turn is drawn."""
+        present = member.id in members
+        # Not in the list (not visible, or its session just started): alone.
+        member.leader = not present or member.id == min(members)
+        member.size = len(members) if present else 1
         low, high = TURN_SPREAD
         spread = low + (high - low) * self._draw()
-        member.next_turn = self._clock() + spread * TURN_ROUNDS * member.interval_s
+        if not present:
+            rounds = 2  # look again soon
+        elif member.leader:
+            rounds = TURN_ROUNDS
+        else:
+            rounds = min(max(2, member.size), TURN_ROUNDS)  # a small fleet turns more often
+        member.next_turn = self._clock() + spread * rounds * member.interval_s
 
     def turn_due(self, member: FleetMember) -> bool:
         return self._clock() >= member.next_turn

@@ -47,6 +47,7 @@ class Listener:
         self._done_waiters: dict[str, set[asyncio.Future[bool]]] = {}
         self._subscribers: list[Callable[[str, Optional[str]], None]] = []
         self.fleet = Fleet()
+        self._fleet_channel: Optional[str] = None  # see listen_fleet
 
     @property
     def connected(self) -> bool:
@@ -71,6 +72,19 @@ class Listener:
     def watch_queues(self, queues: Iterable[str]) -> None:
         self._queues.update(queues)
 
+    def listen_fleet(self, channel: Optional[str]) -> None:
+        """Listen on ``channel`` too, after the others (a fleet member's mark,
+        see fleet.py; nothing is sent there): a change starts the listening
+        session over."""
+        if channel == self._fleet_channel:
+            return
+        self._fleet_channel = channel
+        if self._stop is not None:
+            self._stop()
+            self._stop = None
+            self._connected = False
+            self.start()
+
     def subscribe(self, callback: Callable[[str, Optional[str]], None]) -> Callable[[], None]:
         self._subscribers.append(callback)
         return lambda: self._subscribers.remove(callback) if callback in self._subscribers else None
@@ -79,9 +93,10 @@ class Listener:
         while not self._closed:
             try:
                 assert self._listen is not None
-                self._stop = await self._listen(
-                    [QUEUED_CHANNEL, DONE_CHANNEL], self._on_notify, self._on_close
-                )
+                channels = [QUEUED_CHANNEL, DONE_CHANNEL]
+                if self._fleet_channel is not None:
+                    channels.append(self._fleet_channel)  # last: the session's last command
+                self._stop = await self._listen(channels, self._on_notify, self._on_close)
             except ListenUnavailable as exc:
                 log.info("LISTEN unavailable, polling only: %s", exc)
                 self._disabled = True

@@ -21,7 +21,7 @@ from cairnq.store.base import TaskStore, check_protocol_version
 from cairnq.store.driver import STATEMENTS, Emit, Fetch, observed
 from cairnq.store.own import is_own, register_own
 from cairnq.store.postgres.batcher import PgWriteBatcher
-from cairnq.store.postgres.fleet import FleetMember, fleet_key
+from cairnq.store.postgres.fleet import FleetMember, fleet_key, fleet_prefix
 from cairnq.store.postgres.listener import DONE_CHANNEL, QUEUED_CHANNEL, Listener
 from cairnq.store.postgres.params import compile_template, positional_statement, selective_literal
 from cairnq.store.postgres.pool import create_pool_executor
@@ -53,24 +53,6 @@ def _connection_lost(exc: BaseException) -> bool:
     except ImportError:
         return False
     return isinstance(exc, psycopg.OperationalError)
-
-
-async def _open_fleet_connection(dsn: str) -> Any:
-    """A session of its own for a worker's fleet locks (see fleet.py): it
-    lives as long as the store, and its locks end with it."""
-    import psycopg
-
-    from cairnq.store.postgres.pool import CONNECT_TIMEOUT_S
-
-    conn = await psycopg.AsyncConnection.connect(
-        dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, cursor_factory=psycopg.AsyncRawCursor
-    )
-    return conn
-
-
-async def _run_on(conn: Any, text: str, values: list[Any]) -> list[Any]:
-    cur = await conn.execute(text, values)
-    return list(await cur.fetchall())
 
 
 class PostgresStore(TaskStore):
@@ -105,8 +87,6 @@ class PostgresStore(TaskStore):
         self._listener: Listener | None = None
         self._connect_lock: asyncio.Lock | None = None
         self._wakeable: set[str] = set()
-        self._fleet_conn: Any = None  # see _fleet_turn
-        self._fleet_lock: asyncio.Lock | None = None
         #: Migrations the last connect applied (file names); empty when none were due.
         self.migrations_applied: list[str] = []
 
@@ -208,7 +188,6 @@ class PostgresStore(TaskStore):
         if self._listener is not None:
             self._listener.stop()
             self._listener = None
-        await self._close_fleet_connection()
         if self._writes is not None:
             await self._writes.drain()
             self._writes = None
@@ -350,96 +329,50 @@ class PostgresStore(TaskStore):
     # -- the fleet of idle workers (see fleet.py) ----------------------------------------
 
     def _fleet_member(self, worker_id: str, queues: list[str], names: Any, interval_ms: int) -> FleetMember | None:
-        """This worker as a member of its fleet, while the listener is up and
-        the store can open a fleet connection (it owns a DSN); else None."""
+        """This worker as a member of its fleet, while the listener is up; else None."""
         listener = self._listener
-        if listener is None or not listener.connected or not isinstance(self.source, str):
+        if listener is None or not listener.connected:
             return None
         key = fleet_key(self.schema, queues, None if names is None else list(names))
-        return listener.fleet.join(worker_id, key, queues, interval_ms / 1000)
+        member = listener.fleet.join(worker_id, key, queues, interval_ms / 1000)
+        marked = [m for m in listener.fleet.members.values() if m.channel is not None]
+        if marked and marked[0] is member:  # one mark per listening session: the first member's
+            listener.listen_fleet(member.channel)
+        return member
 
     async def _fleet_wait(self, worker_id: str, queues: list[str], names: Any, interval_ms: int) -> bool | None:
         """A worker's idle wait. In a fleet: the leader waits up to a poll
         interval for news, as a lone worker does; the others until news that
         falls to them or their next turn (the caller probes after a wait
         that ends without news). Otherwise ``claim_wake``."""
-        listener = self._listener
-        known = None if listener is None else listener.fleet.members.get(worker_id)
-        if known is not None and known.key != fleet_key(self.schema, queues, None if names is None else list(names)):
-            await self._fleet_leave(worker_id)  # its names changed: another fleet
         member = self._fleet_member(worker_id, queues, names, interval_ms)
-        if member is not None and listener is not None and listener.fleet.turn_due(member):
-            if not await self._fleet_turn(member):
-                member = None
-        if member is None or listener is None:
-            await self._fleet_leave(worker_id)
+        listener = self._listener
+        if member is None or listener is None:  # the listener is down: poll (a member stays one)
             return await self.claim_wake(queues, interval_ms)
+        fleet = listener.fleet
+        if fleet.turn_due(member):
+            rows = await self._fetch("fleet_turn", {"prefix": fleet_prefix(member.key)})
+            fleet.took_turn(member, [row[0] for row in rows])
         until = time.monotonic() + member.interval_s if member.leader else member.next_turn
-        return await listener.fleet.wait(member, until - time.monotonic())
+        return await fleet.wait(member, until - time.monotonic())
 
     def _fleet_probe_due(self, worker_id: str, queues: list[str], names: Any, interval_ms: int) -> bool | None:
         """Whether a worker told of work probes first all the same: None (the
         worker's own poll interval) unless it is a member that does not lead
         (its turns probe for it: False)."""
-        listener = self._listener
-        member = None if listener is None else listener.fleet.members.get(worker_id)
-        if member is None or member.leader or self._fleet_member(worker_id, queues, names, interval_ms) is None:
+        member = self._fleet_member(worker_id, queues, names, interval_ms)
+        if member is None or member.leader:
             return None
         return False
 
-    async def _fleet_leave(self, worker_id: str) -> None:
-        """The worker's claim loop stopped: its locks go (the whole session
-        when nobody else of this store uses it)."""
+    def _fleet_leave(self, worker_id: str) -> None:
+        """The worker's claim loop stopped (or its listener is down): out of
+        the fleet, and its mark off the listening session."""
         listener = self._listener
-        member = None if listener is None else listener.fleet.leave(worker_id)
-        if member is None or not member.joined:
+        if listener is None or listener.fleet.leave(worker_id) is None:
             return
-        assert listener is not None
-        if not any(m.joined for m in listener.fleet.members.values()):
-            await self._close_fleet_connection()
-            return
-        try:
-            await self._fleet_statement("fleet_leave", {"fleet_key": member.key, "leader": member.leader})
-        except Exception:
-            log.debug("leaving the fleet failed", exc_info=True)
-
-    async def _fleet_turn(self, member: FleetMember) -> bool:
-        """Take a turn (fleet_turn) on the fleet connection, joining first if
-        need be; False when the connection is not to be had (no fleet)."""
-        assert self._listener is not None
-        fleet = self._listener.fleet
-        try:
-            if not member.joined:
-                await self._fleet_statement("fleet_join", {"fleet_key": member.key})
-                member.joined = True
-            rows = await self._fleet_statement("fleet_turn", {"fleet_key": member.key})
-        except Exception as exc:
-            log.debug("fleet connection failed: polling on its own: %r", exc)
-            await self._close_fleet_connection()
-            for other in fleet.members.values():
-                other.joined = other.leader = False  # the session, and its locks, are gone
-            return False
-        fleet.took_turn(member, bool(rows[0][0]), int(rows[0][1]))
-        return True
-
-    async def _fleet_statement(self, name: str, params: dict[str, Any]) -> list[Any]:
-        if self._fleet_lock is None:
-            self._fleet_lock = asyncio.Lock()
-        async with self._fleet_lock:  # one session, one statement at a time
-            if self._fleet_conn is None or self._fleet_conn.closed:
-                self._fleet_conn = await _open_fleet_connection(self.source)
-            text, values = self._bind(name, params)
-            if _STATEMENTS.on:
-                return await observed(name, DIALECT, _run_on(self._fleet_conn, text, values))
-            return await _run_on(self._fleet_conn, text, values)
-
-    async def _close_fleet_connection(self) -> None:
-        conn, self._fleet_conn = self._fleet_conn, None
-        if conn is not None:
-            try:
-                await conn.close()
-            except Exception:
-                log.debug("closing the fleet connection failed", exc_info=True)
+        marked = [m for m in listener.fleet.members.values() if m.channel is not None]
+        listener.listen_fleet(marked[0].channel if marked else None)
 
     async def task_done_wake(self, task_id: str, timeout_ms: int) -> bool | None:
         """Sleep up to ``timeout_ms``; returns True early when told the task finished."""

@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import asyncio
 
-from cairnq.store.postgres.fleet import NEWS_SHARE, TURN_ROUNDS, TURN_SPREAD, Fleet, fleet_key
+from cairnq.store.postgres.fleet import (
+    NEWS_SHARE,
+    TURN_ROUNDS,
+    TURN_SPREAD,
+    Fleet,
+    fleet_key,
+    fleet_prefix,
+    member_channel,
+)
 
 QUEUES = ["default"]
 
@@ -41,7 +49,7 @@ def told(fleet: Fleet, worker_id: str) -> bool:
 def test_the_key_is_that_of_one_installation_and_one_set_of_queues_and_names() -> None:
     key = fleet_key(None, ["b", "a"], ["y", "x"])
     assert key == fleet_key(None, ["a", "b"], ["x", "y"])
-    assert 0 <= key < 2**31
+    assert len(key) == 8 and int(key, 16) >= 0
     assert key != fleet_key("tenant", ["a", "b"], ["x", "y"])
     assert key != fleet_key(None, ["a", "b"], None)
     assert fleet_key(None, ["a"], None) != fleet_key(None, ["a"], [])
@@ -50,27 +58,32 @@ def test_the_key_is_that_of_one_installation_and_one_set_of_queues_and_names() -
 def test_the_leader_is_told_of_every_notification_the_others_of_a_share() -> None:
     draws = Draws(0.0, 0.99)  # for the others: claim, pass, claim, pass...
     fleet = Fleet(Clock(), draws)
-    leader = fleet.join("lead", 7, QUEUES, 0.5)
-    other = fleet.join("other", 8, QUEUES, 0.5)
-    fleet.took_turn(leader, True, 4)
-    fleet.took_turn(other, False, 4)
+    members = ["a-lead", "b", "c", "other"]
+    leader = fleet.join("a-lead", "k1", QUEUES, 0.5)
+    other = fleet.join("other", "k2", QUEUES, 0.5)
+    fleet.took_turn(leader, members)
+    draws.i = 0
+    fleet.took_turn(other, members)
+    draws.i = 0
+    assert leader.leader and not other.leader and other.size == 4
     results = []
     for _ in range(6):
         fleet.heard_queued("default")
-        results.append((told(fleet, "lead"), told(fleet, "other")))
+        results.append((told(fleet, "a-lead"), told(fleet, "other")))
     assert all(lead for lead, _ in results)
     assert sum(o for _, o in results) == 3  # the draws, against NEWS_SHARE / 4
     fleet.heard_queued("elsewhere")
-    assert not told(fleet, "lead") and not told(fleet, "other")
+    assert not told(fleet, "a-lead") and not told(fleet, "other")
 
 
 def test_the_others_claim_on_about_one_notification_in_two_times_the_fleet() -> None:
     import random
 
     fleet = Fleet(Clock(), random.Random(7).random)
-    members = [fleet.join(f"w{i}", 7, QUEUES, 0.5) for i in range(24)]
+    ids = [f"w{i:02}" for i in range(25)]  # w00 leads, elsewhere
+    members = [fleet.join(i, "k", QUEUES, 0.5) for i in ids[1:]]
     for member in members:
-        fleet.took_turn(member, False, 24)
+        fleet.took_turn(member, ids)
     wakes = 0
     for _ in range(2_000):
         fleet.heard_queued("default")
@@ -78,24 +91,42 @@ def test_the_others_claim_on_about_one_notification_in_two_times_the_fleet() -> 
     assert 0.7 * NEWS_SHARE * 2_000 < wakes < 1.3 * NEWS_SHARE * 2_000
 
 
-def test_two_workers_of_one_process_in_one_fleet_do_not_both_lead() -> None:
-    fleet = Fleet(Clock(), Draws(0.5))
-    first = fleet.join("a", 7, QUEUES, 0.5)
-    second = fleet.join("b", 7, QUEUES, 0.5)
-    fleet.took_turn(first, True, 2)
-    fleet.took_turn(second, True, 2)  # the session's lock answers yes to both
-    assert first.leader and not second.leader
+def test_a_member_missing_from_the_list_acts_alone_and_looks_again_soon() -> None:
+    clock = Clock()
+    fleet = Fleet(clock, Draws(0.0))
+    member = fleet.join("w5", "k", QUEUES, 0.5)
+    assert member.leader  # before any turn: alone
+    fleet.took_turn(member, ["w1", "w2"])  # its mark not seen (yet)
+    assert member.leader and member.size == 1
+    assert member.next_turn == clock.now + TURN_SPREAD[0] * 2 * 0.5
+    fleet.took_turn(member, ["w1", "w5"])
+    assert not member.leader and member.size == 2
+    fleet.took_turn(member, ["w5", "w7"])
+    assert member.leader
+    assert member.next_turn == clock.now + TURN_SPREAD[0] * TURN_ROUNDS * 0.5
+
+
+def test_a_members_channel_is_ours_to_spell() -> None:
+    assert member_channel("0a0b0c0d", "worker_01ABC") == fleet_prefix("0a0b0c0d") + "worker_01ABC"
+    for odd in ['w"; drop table x; --', "w x", "é", "w" * 60, ""]:
+        if odd:
+            assert member_channel("0a0b0c0d", odd) is None, odd
 
 
 def test_turns_come_about_every_turn_rounds_intervals_spread_out() -> None:
     clock = Clock()
     fleet = Fleet(clock, Draws(0.0, 1.0))
-    member = fleet.join("w", 7, QUEUES, 0.5)
+    member = fleet.join("w", "k", QUEUES, 0.5)
     assert fleet.turn_due(member)  # a newcomer takes its turn at once
-    fleet.took_turn(member, False, 3)
+    many = ["a"] + [f"w{i}" for i in range(29)] + ["w"]
+    fleet.took_turn(member, many)
     assert member.next_turn == clock.now + TURN_SPREAD[0] * TURN_ROUNDS * 0.5
-    fleet.took_turn(member, False, 3)
+    fleet.took_turn(member, many)
     assert member.next_turn == clock.now + TURN_SPREAD[1] * TURN_ROUNDS * 0.5
+    fleet.took_turn(member, ["a", "b", "w"])  # a small fleet: about every 3 intervals
+    assert member.next_turn == clock.now + TURN_SPREAD[0] * 3 * 0.5
+    fleet.took_turn(member, ["a", "w"])  # at least every 2
+    assert member.next_turn == clock.now + TURN_SPREAD[1] * 2 * 0.5
     assert not fleet.turn_due(member)
     clock.now = member.next_turn
     assert fleet.turn_due(member)
@@ -103,18 +134,19 @@ def test_turns_come_about_every_turn_rounds_intervals_spread_out() -> None:
 
 def test_a_member_joining_again_with_other_queues_or_interval_starts_afresh() -> None:
     fleet = Fleet(Clock(), Draws(0.5))
-    member = fleet.join("w", 7, QUEUES, 0.5)
-    fleet.took_turn(member, True, 1)
-    assert fleet.join("w", 7, QUEUES, 0.5) is member
-    again = fleet.join("w", 9, QUEUES, 0.5)
-    assert again is not member and not again.leader
+    member = fleet.join("w", "k", QUEUES, 0.5)
+    fleet.took_turn(member, ["v", "w"])
+    assert not member.leader
+    assert fleet.join("w", "k", QUEUES, 0.5) is member
+    again = fleet.join("w", "k2", QUEUES, 0.5)
+    assert again is not member and again.leader
     assert fleet.leave("w") is again and fleet.leave("w") is None
 
 
 async def test_a_wait_ends_on_news_for_this_member_or_at_its_timeout() -> None:
     fleet = Fleet()
-    member = fleet.join("w", 7, QUEUES, 0.05)
-    fleet.took_turn(member, True, 1)
+    member = fleet.join("w", "k", QUEUES, 0.05)
+    fleet.took_turn(member, ["w"])
     assert await fleet.wait(member, 0.02) is False
     waiting = asyncio.ensure_future(fleet.wait(member, 30))
     await asyncio.sleep(0)
