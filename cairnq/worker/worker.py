@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections import Counter
+from functools import partial
 from typing import Any, AsyncContextManager, Callable, Optional, Sequence, TypeVar, Union, overload
 
 from cairnq._backoff import DEFAULT_RETRY_BACKOFF_MAX_MS, DEFAULT_RETRY_BACKOFF_MS
 from cairnq._ids import new_id
 from cairnq.backpressure import DEFAULT_MAX_WAIT_MS, QueueDepthLimit
 from cairnq import events
-from cairnq.context import TaskContext, report_claimed
+from cairnq.context import TaskContext, new_contexts, report_claimed
 from cairnq.models import TaskDef
 from cairnq.store.base import TaskStore
 from cairnq.store.factory import postgres_store, sqlite_store
@@ -51,6 +53,12 @@ OnError = Callable[[BaseException, dict[str, Any]], None]
 CLAIM_ERROR_BACKOFF_S = 0.25
 F = TypeVar("F", bound=Callable[..., Any])
 _CLAIMED = events.channel("task.claimed")
+# asyncio.Task(..., eager_start=True) where it exists (3.12+): the task runs
+# its first step at creation, as current task, in its own context, so a
+# handler sees what it sees in any task.
+_EAGER_TASK: Optional[Callable[..., "asyncio.Task[None]"]] = (
+    partial(asyncio.Task, eager_start=True) if sys.version_info >= (3, 12) else None
+)
 
 
 def _check_arguments(
@@ -356,6 +364,10 @@ class Worker:
             if calls:
                 for call in calls:
                     self._dispatch(call)
+                # A draw came back full: more is due, so the next claim needs
+                # no probe to know it (the probe still runs once its interval
+                # is up: it also finds expired leases).
+                news_of_work = self._planner.drew_full
             if not calls or (
                 len(calls) < free and not self._planner.drew_full and self._port.wake_pushed
             ):
@@ -405,15 +417,10 @@ class Worker:
 
     def _dispatch(self, call: Call) -> None:
         reg, tasks = call
-        store, worker_id, lease_ms = self._store, self._worker_id, self._lease_ms
-        backoff_ms, backoff_max_ms = self._retry_backoff_ms, self._retry_backoff_max_ms
-        contexts = [
-            TaskContext(
-                store, task, worker_id, lease_ms,
-                retry_backoff_ms=backoff_ms, retry_backoff_max_ms=backoff_max_ms,
-            )
-            for task in tasks
-        ]  # fmt: skip
+        contexts = new_contexts(
+            self._store, tasks, self._worker_id, self._lease_ms,
+            self._retry_backoff_ms, self._retry_backoff_max_ms,
+        )  # fmt: skip
         if _CLAIMED.on:
             report_claimed(contexts)
         held = reg.resources if reg is not None else ()
@@ -429,9 +436,16 @@ class Worker:
             work = run_call(self._call_settings, reg, contexts, hold)
         else:
             work = no_handler(self._call_settings, contexts, hold)
-        task = asyncio.get_running_loop().create_task(work)
-        hold.task = task
-        self._calls[task] = hold
+        loop = asyncio.get_running_loop()
+        if _EAGER_TASK is not None and loop.get_task_factory() is None:
+            # Python 3.12+: the handler starts now, in its own task; one that
+            # does not suspend costs no trip through the loop's ready queue.
+            task = _EAGER_TASK(work, loop=loop)
+        else:
+            task = loop.create_task(work)
+        if not hold.is_settled:  # (an eager call may be over already)
+            hold.task = task
+            self._calls[task] = hold
 
     def _release(self, hold: "_Hold") -> None:
         """A call's tasks are all settled (or it was cancelled): give back
@@ -514,6 +528,10 @@ class _Hold:
             worker._running -= 1
             if worker._call_done is not None:
                 worker._call_done.set()
+
+    @property
+    def is_settled(self) -> bool:
+        return self._settled
 
     def settled(self) -> None:
         """Nothing is left to write for the call: release the rest (once)."""
