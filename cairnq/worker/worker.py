@@ -364,6 +364,10 @@ class Worker:
             if calls:
                 for call in calls:
                     self._dispatch(call)
+                if _EAGER_TASK is not None:
+                    # Calls that started eagerly and wrote inline resume (and
+                    # report their settlements) before this loop claims again.
+                    await asyncio.sleep(0)
                 # A draw came back full: more is due, so the next claim needs
                 # no probe to know it (the probe still runs once its interval
                 # is up: it also finds expired leases).
