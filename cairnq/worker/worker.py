@@ -362,8 +362,7 @@ class Worker:
             if probed:
                 probe_due = time.monotonic() + self._poll_interval_ms / 1000
             if calls:
-                for call in calls:
-                    self._dispatch(call)
+                self._dispatch(calls)
                 if _EAGER_TASK is not None:
                     # Calls that started eagerly and wrote inline resume (and
                     # report their settlements) before this loop claims again.
@@ -419,37 +418,37 @@ class Worker:
             return 1
         return max(1, int(room // max(1.0, self._avg_payload_bytes)))
 
-    def _dispatch(self, call: Call) -> None:
-        reg, tasks = call
-        contexts = new_contexts(
-            self._store, tasks, self._worker_id, self._lease_ms,
-            self._retry_backoff_ms, self._retry_backoff_max_ms,
-        )  # fmt: skip
-        if _CLAIMED.on:
-            report_claimed(contexts)
-        held = reg.resources if reg is not None else ()
-        for resource in held:
-            self._in_use[resource] += 1
-        size = self._payload_bytes(tasks) if self._max_in_flight_bytes is not None else 0
-        self._in_flight_bytes += size
-        self._running += 1
-        hold = _Hold(self, contexts, held, size)
-        if reg is not None:
-            assert self._heartbeats is not None
-            self._heartbeats.hold(contexts)
-            work = run_call(self._call_settings, reg, contexts, hold)
-        else:
-            work = no_handler(self._call_settings, contexts, hold)
+    def _dispatch(self, calls: list[Call]) -> None:
+        """Start the calls of one claim, each in its own asyncio task."""
+        store, worker_id, lease_ms = self._store, self._worker_id, self._lease_ms
+        backoff_ms, backoff_max_ms = self._retry_backoff_ms, self._retry_backoff_max_ms
+        settings, heartbeats, in_use = self._call_settings, self._heartbeats, self._in_use
+        assert heartbeats is not None
+        measure = self._max_in_flight_bytes is not None
         loop = asyncio.get_running_loop()
-        if _EAGER_TASK is not None and loop.get_task_factory() is None:
-            # Python 3.12+: the handler starts now, in its own task; one that
-            # does not suspend costs no trip through the loop's ready queue.
-            task = _EAGER_TASK(work, loop=loop)
-        else:
-            task = loop.create_task(work)
-        if not hold.is_settled:  # (an eager call may be over already)
-            hold.task = task
-            self._calls[task] = hold
+        # Python 3.12+: a handler starts at once, in its own task; one that
+        # does not suspend costs no trip through the loop's ready queue.
+        start = _EAGER_TASK if loop.get_task_factory() is None else None
+        for reg, tasks in calls:
+            contexts = new_contexts(store, tasks, worker_id, lease_ms, backoff_ms, backoff_max_ms)
+            if _CLAIMED.on:
+                report_claimed(contexts)
+            held = reg.resources if reg is not None else ()
+            for resource in held:
+                in_use[resource] += 1
+            size = self._payload_bytes(tasks) if measure else 0
+            self._in_flight_bytes += size
+            self._running += 1
+            hold = _Hold(self, contexts, held, size)
+            if reg is not None:
+                heartbeats.hold(contexts)
+                work = run_call(settings, reg, contexts, hold)
+            else:
+                work = no_handler(settings, contexts, hold)
+            task = start(work, loop=loop) if start is not None else loop.create_task(work)
+            if not hold.is_settled:  # (an eager call may be over already)
+                hold.task = task
+                self._calls[task] = hold
 
     def _release(self, hold: "_Hold") -> None:
         """A call's tasks are all settled (or it was cancelled): give back
