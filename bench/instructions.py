@@ -2,6 +2,7 @@
 
     python bench/instructions.py --python .cache/venv/bin/python --ops get,submit_seq,drain
     python bench/instructions.py --ops drain --events count      # with one counting subscriber
+    python bench/instructions.py --ops worker                    # the worker alone, bulk-loaded backlog
 
 Wall-clock A/B on a shared 2-vCPU host moves by ±10 % from run to run; the
 instructions a process executes do not. For each operation the script runs a
@@ -25,7 +26,7 @@ import sys
 import tempfile
 from typing import Any
 
-OPS = ("get", "submit_seq", "submit_concurrent", "drain")
+OPS = ("get", "submit_seq", "submit_concurrent", "drain", "worker")
 
 
 async def _child(op: str, n: int, path: str, events: str | None) -> None:
@@ -42,6 +43,29 @@ async def _child(op: str, n: int, path: str, events: str | None) -> None:
 
             seam.subscribe(count)
 
+    if op == "worker":
+        # The worker alone: a bulk-loaded backlog (one INSERT ... SELECT, as
+        # bench/memory.py), then a drain that stops itself at the last task.
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from memory import prepare_backlog
+
+        await prepare_backlog(path, n)
+        subscribe()
+        q = CairnQ.sqlite(path)
+        await q.connect()
+        worker = Worker(q.store, ["default"], concurrency=64, poll_interval_ms=20)
+        done = 0
+
+        @worker.task("noop")
+        async def counted(ctx: Any, payload: Any) -> None:
+            nonlocal done
+            done += 1
+            if done == n:
+                worker.stop()
+
+        await worker.run()
+        await q.close()
+        return
     if op != "drain":
         subscribe()
     q = CairnQ.sqlite(path)

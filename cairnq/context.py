@@ -59,6 +59,11 @@ class TaskContext:
     # When the worker called the handler (perf_counter), recorded only while
     # some event reports run_s; a class default keeps construction as it was.
     _run_started: Optional[float] = None
+    # What most attempts never change: class defaults, set on the instance
+    # when they do (a worker builds one context per task it runs).
+    _lost = False
+    _settled = False
+    _lease_event: Optional[asyncio.Event] = None
 
     def __init__(
         self,
@@ -76,10 +81,7 @@ class TaskContext:
         self._lease_ms = lease_ms
         self._backoff_ms = retry_backoff_ms
         self._backoff_max_ms = retry_backoff_max_ms
-        self._lost = False
-        self._lease_event: asyncio.Event | None = None
         self._cancel_seen = task.cancel_requested_at_ms is not None
-        self._settled = False
 
     def __repr__(self) -> str:
         return f"<TaskContext {self._task.name} {self._task.id} attempt={self._task.attempt}>"
@@ -313,6 +315,32 @@ class TaskContext:
 # where one is due. Callers test the channel (or group) named in a docstring
 # first where it says so: with nobody listening, an event costs that one
 # attribute read.
+
+
+def new_contexts(
+    store: TaskStore,
+    tasks: Iterable[Task],
+    worker_id: str,
+    lease_ms: int,
+    backoff_ms: int,
+    backoff_max_ms: int,
+) -> list[TaskContext]:
+    """The contexts for tasks the worker claimed: what ``TaskContext(store,
+    task, worker_id, lease_ms, retry_backoff_ms=..., retry_backoff_max_ms=...)``
+    builds, without the call (a keyword call costs more than the stores)."""
+    made = []
+    new = object.__new__
+    for task in tasks:
+        ctx = new(TaskContext)
+        ctx._store = store
+        ctx._task = task
+        ctx._worker_id = worker_id
+        ctx._lease_ms = lease_ms
+        ctx._backoff_ms = backoff_ms
+        ctx._backoff_max_ms = backoff_max_ms
+        ctx._cancel_seen = task.cancel_requested_at_ms is not None
+        made.append(ctx)
+    return made
 
 
 def report_claimed(contexts: Iterable[TaskContext]) -> None:

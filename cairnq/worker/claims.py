@@ -9,7 +9,8 @@ polls so no source is always first in line.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Awaitable, Callable, Optional, Sequence
+from operator import attrgetter
+from typing import Awaitable, Callable, Iterable, Optional, Sequence
 
 from cairnq.models import Task
 from cairnq.store.base import ClaimDraw
@@ -22,8 +23,11 @@ __all__ = ["Call", "ClaimPlanner"]
 Call = tuple[Optional[Registration], list[Task]]
 
 
-def _claim_order(task: Task) -> tuple[int, int, str]:
-    return (-task.priority, task.run_at_ms, task.id)
+# Claim order, as two stable sorts with C-level keys: (due time, id), then
+# priority descending.
+_due_then_id = attrgetter("run_at_ms", "id")
+_priority = attrgetter("priority")
+_name = attrgetter("name")
 
 
 class ClaimPlanner:
@@ -88,16 +92,27 @@ class ClaimPlanner:
         return quota
 
     def _calls(self, rows: Sequence[Task]) -> list[Call]:
-        """Group by name (first seen first), then chunk by that name's batch."""
-        by_name: dict[str, list[Task]] = {}
-        for task in sorted(rows, key=_claim_order):
-            by_name.setdefault(task.name, []).append(task)
-        calls: list[Call] = []
+        """In claim order (priority, then due time, then id), grouped by name
+        (first seen first), each name's tasks chunked by its batch size."""
+        ordered = sorted(rows, key=_due_then_id)
+        ordered.sort(key=_priority, reverse=True)  # stable: ties keep due order
+        names = list(map(_name, ordered))
         registrations = self._registry.by_name
-        for name, tasks in by_name.items():
+        if names and names.count(names[0]) == len(names):  # one name: the usual draw
+            groups: Iterable[tuple[str, list[Task]]] = ((names[0], ordered),)
+        else:
+            by_name: dict[str, list[Task]] = {}
+            for name, task in zip(names, ordered):
+                by_name.setdefault(name, []).append(task)
+            groups = by_name.items()
+        calls: list[Call] = []
+        for name, tasks in groups:
             reg = registrations.get(name)
             size = reg.chunk if reg is not None else 1
-            for i in range(0, len(tasks), size):
-                calls.append((reg, tasks[i : i + size]))
+            if size == 1:
+                calls.extend([(reg, [task]) for task in tasks])
+            else:
+                for i in range(0, len(tasks), size):
+                    calls.append((reg, tasks[i : i + size]))
         return calls
 

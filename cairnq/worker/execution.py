@@ -14,7 +14,10 @@ Outcome of the call -> what happens to every task it did not settle itself:
     raised anything     fail(handler_error, retryable)
 
 Cancel wins over all of these in the statements themselves. Leftovers of a
-batch settle concurrently (and so share a commit).
+batch settle concurrently (and so share a commit). A lone task's completion
+is handed to the worker's coalesced completions without waiting for it: the
+call's asyncio task ends when the handler returns, and the call's hold on
+the worker (leases, resources, bytes) is released once the write is done.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import asyncio
 import inspect
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from functools import partial
+from typing import Any, Callable, Mapping, Optional, Protocol
 
 from cairnq import events
 from cairnq._backoff import fail_delay_ms
@@ -48,7 +52,7 @@ from cairnq.errors import (
 from cairnq.worker.registry import Registration
 from cairnq.worker.store_port import StorePort
 
-__all__ = ["CallSettings", "run_call", "no_handler"]
+__all__ = ["CallHold", "CallSettings", "run_call", "no_handler"]
 
 Report = Callable[[BaseException, dict[str, Any]], None]
 
@@ -73,39 +77,91 @@ class _Timeout:
     """Marker outcome: the call ran past max_run_ms."""
 
 
+class CallHold(Protocol):
+    """A call's hold on its worker: the concurrency slot (until the handler
+    is done) and the rest (leases, resources, bytes: until every task of the
+    call is settled)."""
+
+    def handler_done(self) -> None: ...
+
+    def settled(self) -> None: ...
+
+
 async def run_call(
     settings: CallSettings,
     reg: Registration,
     contexts: list[TaskContext],
-    handler_done: Callable[[], None],
+    hold: CallHold,
 ) -> None:
     """Run the handler for ``contexts`` and settle every task it left unsettled.
-    ``handler_done()`` is called as soon as the handler is done, before settling:
-    the call no longer counts against the worker's concurrency from there."""
-    started = mark_started(contexts) if RUN_TIMED.on else None
+    ``hold.handler_done()`` as soon as the handler is done, before settling
+    (the call no longer counts against the worker's concurrency from there);
+    ``hold.settled()`` once nothing is left to write, possibly after this
+    coroutine ended (a lone completion is handed to the worker's coalesced
+    completions and the call's task ends at once). Never raises but for
+    cancellation: what goes wrong is reported."""
+    handed_off = False
     try:
-        if settings.max_run_ms is None and reg.is_async and reg.style != "batch":
-            ctx = contexts[0]  # the common shape, without the general path's frames
-            outcome: Any = await (reg.fn(ctx, ctx.payload) if reg.style == "ctx_payload" else reg.fn(ctx))
-        else:
-            outcome = await _invoke(settings, reg, contexts)
-        raised: Optional[BaseException] = None
-    except LostLease as exc:
-        handler_done()
-        if _LEASE_LOST.on or _BATCH_SETTLED.on:
-            _report_dropped(reg, contexts, started, exc)
-        return  # we no longer own these tasks: write nothing
-    except Exception as exc:  # the handler failed: settled below
-        outcome, raised = None, exc
-    handler_done()
-    if started is not None and reg.style == "batch" and _BATCH_SETTLED.on:
-        _report_batch(settings, reg, contexts, started, raised, outcome)
-    if raised is None and reg.style != "batch" and outcome is not _Timeout:
-        ctx = contexts[0]
-        if not ctx.settled:
-            await _guarded(settings, ctx, lambda c: _complete(settings, c, outcome))
-        return
-    await _settle(settings, reg, contexts, outcome, raised)
+        started = mark_started(contexts) if RUN_TIMED.on else None
+        try:
+            if settings.max_run_ms is None and reg.is_async and reg.style != "batch":
+                ctx = contexts[0]  # the common shape, without the general path's frames
+                outcome: Any = await (
+                    reg.fn(ctx, ctx.payload) if reg.style == "ctx_payload" else reg.fn(ctx)
+                )
+            else:
+                outcome = await _invoke(settings, reg, contexts)
+            raised: Optional[BaseException] = None
+        except LostLease as exc:
+            hold.handler_done()
+            if _LEASE_LOST.on or _BATCH_SETTLED.on:
+                _report_dropped(reg, contexts, started, exc)
+            return  # we no longer own these tasks: write nothing
+        except Exception as exc:  # the handler failed: settled below
+            outcome, raised = None, exc
+        hold.handler_done()
+        if started is not None and reg.style == "batch" and _BATCH_SETTLED.on:
+            _report_batch(settings, reg, contexts, started, raised, outcome)
+        if raised is None and reg.style != "batch" and outcome is not _Timeout:
+            ctx = contexts[0]
+            if ctx.settled or ctx.lost_lease:
+                return
+            try:
+                handed_off = settings.port.complete_later(
+                    ctx.task_id, outcome, partial(_completed_later, settings, ctx, hold)
+                )
+            except SerializationError as exc:
+                await _guarded(settings, ctx, lambda c: _unserializable(settings, c, exc))
+                return
+            if not handed_off:
+                await _guarded(settings, ctx, lambda c: _complete(settings, c, outcome))
+            return
+        await _settle(settings, reg, contexts, outcome, raised)
+    except Exception as exc:
+        settings.report(exc, {"phase": "execute", "task_id": contexts[0].task_id})
+    finally:
+        if not handed_off:
+            hold.settled()
+
+
+def _completed_later(
+    settings: CallSettings,
+    ctx: TaskContext,
+    hold: CallHold,
+    status: Optional[str],
+    exc: Optional[BaseException],
+) -> None:
+    """A handed-off completion was written (or refused)."""
+    try:
+        if exc is None:
+            assert status is not None
+            mark_completed(ctx, status)
+        elif isinstance(exc, LostLease):
+            mark_lease_lost(ctx)
+        elif isinstance(exc, Exception):
+            settings.report(exc, {"phase": "execute", "task_id": ctx.task_id})
+    finally:
+        hold.settled()
 
 
 async def _invoke(settings: CallSettings, reg: Registration, contexts: list[TaskContext]) -> Any:
@@ -252,18 +308,23 @@ async def _complete(settings: CallSettings, ctx: TaskContext, result: Any) -> No
     try:
         status = await settings.port.complete(ctx.task_id, result)
     except SerializationError as exc:
-        envelope = error_envelope(
-            type="SerializationError",
-            code="unserializable_result",
-            message=f"handler result is not JSON-serializable: {exc.__cause__ or exc}",
-            retryable=False,
-        )
-        await _fail(settings, ctx, envelope, False)
+        await _unserializable(settings, ctx, exc)
         return
     except LostLease:
         mark_lease_lost(ctx)
         return
     mark_completed(ctx, status)
+
+
+async def _unserializable(settings: CallSettings, ctx: TaskContext, exc: SerializationError) -> None:
+    """The handler's result cannot be stored: the task fails, not retried."""
+    envelope = error_envelope(
+        type="SerializationError",
+        code="unserializable_result",
+        message=f"handler result is not JSON-serializable: {exc.__cause__ or exc}",
+        retryable=False,
+    )
+    await _fail(settings, ctx, envelope, False)
 
 
 async def _fail(
@@ -286,16 +347,17 @@ async def _fail(
     mark_failed(ctx, answer, envelope, retryable)
 
 
-async def no_handler(
-    settings: CallSettings, contexts: list[TaskContext], handler_done: Callable[[], None]
-) -> None:
+async def no_handler(settings: CallSettings, contexts: list[TaskContext], hold: CallHold) -> None:
     """A claimed name with no handler (unregistered mid-run): fail it for good."""
-    handler_done()
-    for ctx in contexts:
-        envelope = error_envelope(
-            type="NoHandler",
-            code="no_handler",
-            message=f"no handler registered for {ctx.name!r}",
-            retryable=False,
-        )
-        await _guarded(settings, ctx, lambda c: _fail(settings, c, envelope, False))
+    hold.handler_done()
+    try:
+        for ctx in contexts:
+            envelope = error_envelope(
+                type="NoHandler",
+                code="no_handler",
+                message=f"no handler registered for {ctx.name!r}",
+                retryable=False,
+            )
+            await _guarded(settings, ctx, lambda c: _fail(settings, c, envelope, False))
+    finally:
+        hold.settled()

@@ -12,7 +12,7 @@ from typing import Any, Awaitable
 
 from cairnq.store.base import TaskStore
 from cairnq.store.ports import StoreWorkerPort
-from cairnq.worker.completions import Completions
+from cairnq.worker.completions import Completions, Outcome
 
 __all__ = ["StorePort"]
 
@@ -30,3 +30,18 @@ class StorePort(StoreWorkerPort):
         if self.own("complete"):
             return self._completions.complete(task_id, result)
         return self.complete_publicly(task_id, result)
+
+    def complete_later(self, task_id: str, result: Any, told: Outcome) -> bool:
+        """Queue the completion of a task whose call has nothing left to do;
+        ``told(status, exc)`` hears how it went. False (nothing queued) when
+        the store's ``complete`` is not cairnq's own: the caller awaits
+        ``complete`` instead. Raises SerializationError (nothing queued)."""
+        if self.own("complete"):
+            self._completions.complete_later(task_id, result, told)
+            return True
+        return False
+
+    @property
+    def completions_idle(self) -> bool:
+        """No completion queued or on its way."""
+        return self._completions.idle

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections import Counter
+from functools import partial
 from typing import Any, AsyncContextManager, Callable, Optional, Sequence, TypeVar, Union, overload
 
 from cairnq._backoff import DEFAULT_RETRY_BACKOFF_MAX_MS, DEFAULT_RETRY_BACKOFF_MS
 from cairnq._ids import new_id
 from cairnq.backpressure import DEFAULT_MAX_WAIT_MS, QueueDepthLimit
 from cairnq import events
-from cairnq.context import TaskContext, report_claimed
+from cairnq.context import TaskContext, new_contexts, report_claimed
 from cairnq.models import TaskDef
 from cairnq.store.base import TaskStore
 from cairnq.store.factory import postgres_store, sqlite_store
@@ -51,6 +53,12 @@ OnError = Callable[[BaseException, dict[str, Any]], None]
 CLAIM_ERROR_BACKOFF_S = 0.25
 F = TypeVar("F", bound=Callable[..., Any])
 _CLAIMED = events.channel("task.claimed")
+# asyncio.Task(..., eager_start=True) where it exists (3.12+): the task runs
+# its first step at creation, as current task, in its own context, so a
+# handler sees what it sees in any task.
+_EAGER_TASK: Optional[Callable[..., "asyncio.Task[None]"]] = (
+    partial(asyncio.Task, eager_start=True) if sys.version_info >= (3, 12) else None
+)
 
 
 def _check_arguments(
@@ -167,7 +175,10 @@ class Worker:
         """What a run keeps as it goes (each run() sets up its own events)."""
         self._stopping = False
         self._stop_event: asyncio.Event | None = None
-        self._calls: set[asyncio.Task[None]] = set()  # every call, until settled
+        # Every call, until its tasks are settled (which may be after its
+        # asyncio task ended: see execution.run_call).
+        self._calls: dict[asyncio.Task[None], _Hold] = {}
+        self._no_calls: asyncio.Event | None = None
         self._running = 0  # calls whose handler has not returned: the concurrency count
         self._call_done: asyncio.Event | None = None
         self._in_use: Counter[str] = Counter()
@@ -316,8 +327,7 @@ class Worker:
             await self._poll_loop(limit)
         finally:
             unsubscribe()
-            if self._calls:
-                await asyncio.gather(*self._calls, return_exceptions=True)
+            await self._calls_settled()
             await self._heartbeats.stop()
             self._stopping = False  # the worker can run again
 
@@ -369,12 +379,15 @@ class Worker:
             if probed:
                 probed_at = time.monotonic()
             if calls:
-                for call in calls:
-                    self._dispatch(call)
-                if self._planner.drew_full and self._port.wake_pushed:
-                    # More may be due: claim again at once, without a probe
-                    # (one is taken when due all the same).
-                    news_of_work = True
+                self._dispatch(calls)
+                if _EAGER_TASK is not None:
+                    # Calls that started eagerly and wrote inline resume (and
+                    # report their settlements) before this loop claims again.
+                    await asyncio.sleep(0)
+                # A draw came back full: more is due, so the next claim needs
+                # no probe to know it (the probe still runs once its interval
+                # is up: it also finds expired leases).
+                news_of_work = self._planner.drew_full
             if not calls or (
                 len(calls) < free and not self._planner.drew_full and self._port.wake_pushed
             ):
@@ -434,80 +447,73 @@ class Worker:
             return 1
         return max(1, int(room // max(1.0, self._avg_payload_bytes)))
 
-    def _dispatch(self, call: Call) -> None:
-        reg, tasks = call
-        settings = self._call_settings
-        contexts = [
-            TaskContext(
-                self._store,
-                task,
-                self._worker_id,
-                self._lease_ms,
-                retry_backoff_ms=self._retry_backoff_ms,
-                retry_backoff_max_ms=self._retry_backoff_max_ms,
-            )
-            for task in tasks
-        ]
-        if _CLAIMED.on:
-            report_claimed(contexts)
-        held = reg.resources if reg is not None else ()
-        for resource in held:
-            self._in_use[resource] += 1
-        size = self._payload_bytes(tasks)
-        self._in_flight_bytes += size
-        self._running += 1
-        handler_done = self._handler_done_once()
-        if reg is not None:
-            assert self._heartbeats is not None
-            self._heartbeats.hold(contexts)
-            work = run_call(settings, reg, contexts, handler_done)
-        else:
-            work = no_handler(settings, contexts, handler_done)
-        task = asyncio.get_running_loop().create_task(work)
-        self._calls.add(task)
-        task.add_done_callback(
-            lambda t: self._finished(t, contexts, held, size, handler_done)
-        )
+    def _dispatch(self, calls: list[Call]) -> None:
+        """Start the calls of one claim, each in its own asyncio task."""
+        store, worker_id, lease_ms = self._store, self._worker_id, self._lease_ms
+        backoff_ms, backoff_max_ms = self._retry_backoff_ms, self._retry_backoff_max_ms
+        settings, heartbeats, in_use = self._call_settings, self._heartbeats, self._in_use
+        assert heartbeats is not None
+        measure = self._max_in_flight_bytes is not None
+        loop = asyncio.get_running_loop()
+        # Python 3.12+: a handler starts at once, in its own task; one that
+        # does not suspend costs no trip through the loop's ready queue.
+        start = _EAGER_TASK if loop.get_task_factory() is None else None
+        for reg, tasks in calls:
+            contexts = new_contexts(store, tasks, worker_id, lease_ms, backoff_ms, backoff_max_ms)
+            if _CLAIMED.on:
+                report_claimed(contexts)
+            held = reg.resources if reg is not None else ()
+            for resource in held:
+                in_use[resource] += 1
+            size = self._payload_bytes(tasks) if measure else 0
+            self._in_flight_bytes += size
+            self._running += 1
+            hold = _Hold(self, contexts, held, size)
+            if reg is not None:
+                heartbeats.hold(contexts)
+                work = run_call(settings, reg, contexts, hold)
+            else:
+                work = no_handler(settings, contexts, hold)
+            task = start(work, loop=loop) if start is not None else loop.create_task(work)
+            if not hold.is_settled:  # (an eager call may be over already)
+                hold.task = task
+                self._calls[task] = hold
 
-    def _handler_done_once(self) -> Callable[[], None]:
-        """The call's "handler is done" signal (its settlement may still be on
-        its way): frees its concurrency slot, once."""
-        pending = True
-
-        def handler_done() -> None:
-            nonlocal pending
-            if pending:
-                pending = False
-                self._running -= 1
-                if self._call_done is not None:
-                    self._call_done.set()
-
-        return handler_done
-
-    def _finished(
-        self,
-        task: asyncio.Task[None],
-        contexts: list[TaskContext],
-        held: Sequence[str],
-        size: int,
-        handler_done: Callable[[], None],
-    ) -> None:
-        handler_done()  # in case the call ended before its handler did (cancelled)
-        self._calls.discard(task)
+    def _release(self, hold: "_Hold") -> None:
+        """A call's tasks are all settled (or it was cancelled): give back
+        what it held."""
+        self._calls.pop(hold.task, None)  # type: ignore[arg-type]
+        held, size = hold.held, hold.size
         for resource in held:
             self._in_use[resource] -= 1
         self._in_flight_bytes -= size
-        if self._heartbeats is not None:
-            for ctx in contexts:
-                self._heartbeats.release(ctx)
-        if not task.cancelled() and task.exception() is not None:
-            self._report(task.exception(), {"phase": "execute", "task_id": contexts[0].task_id})  # type: ignore[arg-type]
+        heartbeats = self._heartbeats
+        if heartbeats is not None:
+            for ctx in hold.contexts:
+                heartbeats.release(ctx)
         if (held or size) and self._call_done is not None:
             self._call_done.set()  # its resource units or payload bytes are free again
+        if not self._calls and self._no_calls is not None:
+            self._no_calls.set()
+
+    async def _calls_settled(self) -> None:
+        """Wait until every call is settled (their handlers returned and what
+        they left is written). A call cancelled before it ran is released here."""
+        while self._calls:
+            running = [task for task in self._calls if not task.done()]
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+                continue
+            for task, hold in list(self._calls.items()):
+                if task.cancelled():
+                    hold.handler_done()
+                    hold.settled()
+            if self._calls:  # handed-off completions still on their way
+                self._no_calls = self._no_calls or asyncio.Event()
+                self._no_calls.clear()
+                await self._no_calls.wait()
 
     def _payload_bytes(self, tasks: Sequence[Any]) -> int:
-        if self._max_in_flight_bytes is None:
-            return 0
         import orjson
 
         total = 0
@@ -528,3 +534,40 @@ class Worker:
             hook(exc, info)
         except Exception:
             log.debug("on_error hook raised", exc_info=True)
+
+
+class _Hold:
+    """One call's hold on its worker (``execution.CallHold``)."""
+
+    __slots__ = ("_worker", "contexts", "held", "size", "task", "_running", "_settled")
+
+    def __init__(
+        self, worker: Worker, contexts: list[TaskContext], held: Sequence[str], size: int
+    ) -> None:
+        self._worker = worker
+        self.contexts = contexts
+        self.held = held
+        self.size = size
+        self.task: Optional[asyncio.Task[None]] = None
+        self._running = True
+        self._settled = False
+
+    def handler_done(self) -> None:
+        """The handler is done: its concurrency slot is free (once)."""
+        if self._running:
+            self._running = False
+            worker = self._worker
+            worker._running -= 1
+            if worker._call_done is not None:
+                worker._call_done.set()
+
+    @property
+    def is_settled(self) -> bool:
+        return self._settled
+
+    def settled(self) -> None:
+        """Nothing is left to write for the call: release the rest (once)."""
+        if not self._settled:
+            self._settled = True
+            self.handler_done()  # a call that ended before its handler did
+            self._worker._release(self)
