@@ -199,7 +199,8 @@ class StoreWorkerPort(StoreWatchPort):
         self, queues: list[str], names: Optional[Sequence[str]], poll_interval_ms: int
     ) -> Optional[bool]:
         due = self._fleet("_fleet_probe_due")
-        return None if due is None else due(self.worker_id, queues, names, poll_interval_ms)  # type: ignore[no-any-return]
+        answer = None if due is None else due(self.worker_id, queues, names, poll_interval_ms)
+        return None if answer is None else bool(answer)
 
     def leave(self) -> None:
         leave = getattr(self.store, "_fleet_leave", None)
