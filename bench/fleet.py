@@ -9,9 +9,15 @@ For each fleet size N, against a fresh database: N real worker processes
 
 * **idle**: transactions per second per worker, over ``--window`` seconds
   after a warm-up, nothing submitted;
-* **loaded**: one producer submitting ``--rate`` tasks/s; transactions per
-  task over ``--window`` seconds (after a 2 s ramp). The submit, the claim
-  and the settlement are 3;
+* **loaded**: producers submitting ``--rate`` tasks/s for ``--window``
+  seconds, each submit its own transaction (clients of 40/s each); per
+  task, ``stmts/task``: the submit plus every statement the workers ran
+  (claims, settlements, probes, turns: each one transaction, or less where
+  writes were grouped), and ``all tx/task``: every transaction of the
+  database until the producers and the fleet have closed, which also counts
+  what the listening sessions spent reading notifications (see
+  ``listeners()``). The rate reached is printed too (a 2-core machine does
+  not reach 200 tasks/s with 12 or more worker processes);
 * **recovery**: how long after its lease expired a task is run again (a
   process claims it, with a 1 s lease, and is SIGKILLed; the claim is taken
   from a queue nobody serves and the row moved to the served queue while it
@@ -19,11 +25,13 @@ For each fleet size N, against a fresh database: N real worker processes
   came due a delayed task is run; ``--samples`` of each, median and max.
 
 Transactions are ``xact_commit + xact_rollback`` of ``pg_stat_database`` for
-the database, whoever ran them (the producer's submits included, the bench's
-own handful of reads too). A backend flushes its counts at most once a
-second while busy, and up to 10 s after it goes idle: the idle window starts
-after a warm-up that long, and the loaded count runs until the counts of the
-load have landed, less the idle fleet's rate over that tail.
+the database, whoever ran them (the producers' submits included, the bench's
+own handful of reads too). A session reports its counts at most once a
+second while busy, up to 10 s after it goes idle, and, if it only listens,
+when it ends: the idle window starts after a warm-up of 11 s, and the loaded
+count runs until every session has ended, less the idle fleet's rate over
+that tail. Recovery runs before the load (the load ends with the fleet
+stopped).
 """
 
 from __future__ import annotations
