@@ -47,6 +47,7 @@ __all__ = [
     "FleetMember",
     "fleet_key",
     "fleet_prefix",
+    "member_channel",
     "TURN_ROUNDS",
     "NEWS_SHARE",
     "TURN_SPREAD",
