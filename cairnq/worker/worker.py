@@ -58,9 +58,9 @@ _task_id = attrgetter("id")
 # asyncio.Task(..., eager_start=True) where it exists (3.12+): the task runs
 # its first step at creation, as current task, in its own context, so a
 # handler sees what it sees in any task.
-_EAGER_TASK: Optional[Callable[..., "asyncio.Task[None]"]] = (
-    partial(asyncio.Task, eager_start=True) if sys.version_info >= (3, 12) else None
-)
+_EAGER_TASK: Optional[Callable[..., "asyncio.Task[None]"]] = None
+if sys.version_info >= (3, 12):
+    _EAGER_TASK = partial(asyncio.Task, eager_start=True)
 
 
 def _check_arguments(
