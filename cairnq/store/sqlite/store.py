@@ -40,13 +40,14 @@ STATISTICS_INTERVAL_S = 60.0
 CHANGE_POLL_MIN_S = 0.001
 CHANGE_POLL_MAX_S = 0.002
 # With a file watch, a waiter looks at the counter when told the files were
-# written, and then closely (as above) for NOTICE_WINDOW_S, since a commit is
-# published to the counter after its WAL write is seen (after its fsync); and
-# otherwise only every QUIET_POLL_S, a safety net for writes the kernel does
-# not report (a network or virtual file system's other side, say).
-NOTICE_POLL_MIN_S = 0.001
-NOTICE_POLL_MAX_S = 0.002
-NOTICE_WINDOW_S = 0.25
+# written, then every NOTICE_POLL_S for NOTICE_CLOSE_S (a commit reaches the
+# counter only after its WAL write is reported: after its fsync, under
+# synchronous=FULL, so the first look may come too soon), then less and less
+# often (at twice the time since the notification). Otherwise, every
+# QUIET_POLL_S: a safety net for writes the kernel does not report (made on
+# the other side of a network or virtual file system, say).
+NOTICE_POLL_S = 0.001
+NOTICE_CLOSE_S = 0.025
 QUIET_POLL_S = 0.1
 # How often an idle wait checks that the path still names the file we have
 # open (a stat(2); never per statement).
@@ -342,7 +343,7 @@ class SQLiteStore(TaskStore):
         if watch is None or not watch.live:
             return await self._await_change(engine, None, timeout_s, kind)
         # Held before the counter is read: a write from then on is reported
-        # (one before it was, if recent: see NOTICE_WINDOW_S).
+        # (one before it was, if recent: see NOTICE_CLOSE_S).
         with watch.waiting():
             return await self._await_change(engine, watch, timeout_s, kind)
 
@@ -360,20 +361,20 @@ class SQLiteStore(TaskStore):
                 return True
             version = probed_version  # also when our transaction hides the counter now
         tick = CHANGE_POLL_MIN_S
-        notices = -1
         while True:
             now = _monotonic()
             remaining = deadline - now
             if remaining <= 0:
                 return False
             if watch is not None and watch.live:
-                if watch.notices != notices:  # told of a write: look closely again
-                    notices, tick = watch.notices, NOTICE_POLL_MIN_S
-                if now - watch.last_notice < NOTICE_WINDOW_S:
-                    sleep = tick
-                    tick = min(tick * 2, NOTICE_POLL_MAX_S)
+                # Backing off from the last notification (one that came just
+                # before this wait began counts too: its commit may be on the
+                # way), down to the safety net.
+                since = now - watch.last_notice
+                if since < NOTICE_CLOSE_S:
+                    sleep = NOTICE_POLL_S
                 else:
-                    sleep = QUIET_POLL_S
+                    sleep = min(since, QUIET_POLL_S)
                 await engine.wait_commit(min(sleep, remaining), watch)
             else:
                 await engine.wait_commit(min(tick, remaining))
