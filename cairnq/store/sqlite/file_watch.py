@@ -49,9 +49,11 @@ import ctypes.util
 import errno
 import logging
 import os
+import select
 import struct
 import sys
 import time
+import weakref
 from typing import Callable
 
 log = logging.getLogger("cairnq.store")
@@ -81,7 +83,9 @@ class FileWatch:
     def __init__(self, fd: int, drain: Callable[[], bool], release: Callable[[], None]) -> None:
         self._fd = fd
         self._drain = drain  # read what is pending; True if it concerns the database
-        self._release = release
+        # The descriptors go with the watch even if nobody closes it (release
+        # must not refer to the watch).
+        self._release = weakref.finalize(self, release)
         self._waiters: set[asyncio.Future[None]] = set()
         self._holders = 0
         self._loop: asyncio.AbstractEventLoop | None = None  # where the fd is registered
@@ -97,8 +101,10 @@ class FileWatch:
 
     def _hold(self) -> None:
         self._holders += 1
+        loop = asyncio.get_running_loop()
+        if self._loop is not None and self._loop is not loop and self._loop.is_closed():
+            self._loop = None  # the store outlived its loop; the selector went with it
         if self._loop is None and self.live:
-            loop = asyncio.get_running_loop()
             try:
                 loop.add_reader(self._fd, self._on_readable)
             except (NotImplementedError, OSError, ValueError, RuntimeError):
@@ -202,8 +208,9 @@ def watch_database(path: str) -> FileWatch | None:
     try:
         if sys.platform.startswith("linux"):
             return _inotify_watch(directory or ".", names)
-        if hasattr(__import__("select"), "kqueue"):
-            return _kqueue_watch(directory or ".", real + "-wal")
+        elif sys.platform != "win32":
+            if hasattr(select, "kqueue"):
+                return _kqueue_watch(directory or ".", real + "-wal")
     except OSError:
         log.debug("file watch unavailable for %s; polling", path, exc_info=True)
     return None
@@ -296,77 +303,80 @@ def _inotify_watch(directory: str, names: set[bytes]) -> FileWatch:
 
 # -- macOS and the BSDs: kqueue -------------------------------------------------
 
+if not sys.platform.startswith("linux") and sys.platform != "win32":
 
-def _kqueue_watch(directory: str, wal: str) -> FileWatch:
-    import select
+    def _kqueue_watch(directory: str, wal: str) -> FileWatch:
+        kq = select.kqueue()
+        open_flags = getattr(os, "O_EVTONLY", os.O_RDONLY) | getattr(os, "O_CLOEXEC", 0)
+        fds: dict[str, int] = {}  # "dir" and "wal": descriptors watched
 
-    kq = select.kqueue()
-    open_flags = getattr(os, "O_EVTONLY", os.O_RDONLY) | getattr(os, "O_CLOEXEC", 0)
-    fds: dict[str, int] = {}  # "dir" and "wal": descriptors watched
+        def watch_fd(key: str, path: str, fflags: int) -> None:
+            fd = os.open(path, open_flags)
+            try:
+                kev = select.kevent(
+                    fd,
+                    filter=select.KQ_FILTER_VNODE,
+                    flags=select.KQ_EV_ADD | select.KQ_EV_CLEAR,
+                    fflags=fflags,
+                )
+                kq.control([kev], 0, 0)
+            except BaseException:
+                os.close(fd)
+                raise
+            fds[key] = fd
 
-    def watch_fd(key: str, path: str, fflags: int) -> None:
-        fd = os.open(path, open_flags)
+        file_notes = (
+            select.KQ_NOTE_WRITE | select.KQ_NOTE_EXTEND | select.KQ_NOTE_ATTRIB  # (truncation)
+            | select.KQ_NOTE_DELETE | select.KQ_NOTE_RENAME | getattr(select, "KQ_NOTE_REVOKE", 0)
+        )  # fmt: skip
+
+        def arm_wal() -> None:
+            """Watch the WAL file if it is there (it comes and goes)."""
+            old = fds.pop("wal", None)
+            if old is not None:
+                os.close(old)  # the kernel drops its registration with it
+            try:
+                watch_fd("wal", wal, file_notes)
+            except FileNotFoundError:
+                pass
+
         try:
-            kev = select.kevent(
-                fd,
-                filter=select.KQ_FILTER_VNODE,
-                flags=select.KQ_EV_ADD | select.KQ_EV_CLEAR,
-                fflags=fflags,
+            watch_fd(
+                "dir",
+                directory,
+                select.KQ_NOTE_WRITE | select.KQ_NOTE_DELETE | select.KQ_NOTE_RENAME,
             )
-            kq.control([kev], 0, 0)
+            arm_wal()
         except BaseException:
-            os.close(fd)
+            for fd in fds.values():
+                os.close(fd)
+            kq.close()
             raise
-        fds[key] = fd
+        watch: FileWatch
 
-    file_notes = (
-        select.KQ_NOTE_WRITE | select.KQ_NOTE_EXTEND | select.KQ_NOTE_DELETE
-        | select.KQ_NOTE_RENAME | getattr(select, "KQ_NOTE_REVOKE", 0)
-    )  # fmt: skip
+        def drain() -> bool:
+            relevant = False
+            while True:
+                events = kq.control(None, 16, 0)
+                if not events:
+                    return relevant
+                relevant = True
+                rearm = False
+                for ev in events:
+                    if ev.ident == fds.get("dir"):
+                        if ev.fflags & (select.KQ_NOTE_DELETE | select.KQ_NOTE_RENAME):
+                            watch.gone = True
+                        rearm = True  # an entry came or went: perhaps the WAL
+                    elif ev.fflags & (select.KQ_NOTE_DELETE | select.KQ_NOTE_RENAME):
+                        rearm = True
+                if rearm:
+                    arm_wal()
 
-    def arm_wal() -> None:
-        """Watch the WAL file if it is there (it comes and goes)."""
-        old = fds.pop("wal", None)
-        if old is not None:
-            os.close(old)  # the kernel drops its registration with it
-        try:
-            watch_fd("wal", wal, file_notes)
-        except FileNotFoundError:
-            pass
+        def release() -> None:
+            for fd in fds.values():
+                os.close(fd)
+            fds.clear()
+            kq.close()
 
-    try:
-        watch_fd("dir", directory, select.KQ_NOTE_WRITE | select.KQ_NOTE_DELETE | select.KQ_NOTE_RENAME)
-        arm_wal()
-    except BaseException:
-        for fd in fds.values():
-            os.close(fd)
-        kq.close()
-        raise
-    watch: FileWatch
-
-    def drain() -> bool:
-        relevant = False
-        while True:
-            events = kq.control(None, 16, 0)
-            if not events:
-                return relevant
-            relevant = True
-            rearm = False
-            for ev in events:
-                if ev.ident == fds.get("dir"):
-                    if ev.fflags & (select.KQ_NOTE_DELETE | select.KQ_NOTE_RENAME):
-                        watch.gone = True
-                    rearm = True  # an entry came or went: perhaps the WAL
-                elif ev.fflags & (select.KQ_NOTE_DELETE | select.KQ_NOTE_RENAME):
-                    rearm = True
-            if rearm:
-                arm_wal()
-
-    def release() -> None:
-        for fd in fds.values():
-            os.close(fd)
-        fds.clear()
-        kq.close()
-
-    watch = FileWatch(kq.fileno(), drain, release)
-    return watch
+        watch = FileWatch(kq.fileno(), drain, release)
+        return watch

@@ -179,9 +179,7 @@ async def test_wakeups_survive_the_wal_being_truncated_deleted_and_created_again
         await store.close()
 
 
-async def test_with_the_watch_off_waiters_poll(
-    db: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_with_the_watch_off_waiters_poll(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV, "0")
     store = SQLiteStore(db)
     await store.connect()
