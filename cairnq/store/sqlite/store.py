@@ -151,8 +151,11 @@ class SQLiteStore(TaskStore):
         self._file_identity: tuple[int, int] | None = None
         self._file_check_due = 0.0
         # Told when the file is written (one per connection, shared by every
-        # waiter); None: waiters poll.
+        # waiter, made by the first wait: a store that never waits holds no
+        # watch); None: waiters poll. _watch_path: the file to watch, until
+        # a watch was tried.
         self._watch: FileWatch | None = None
+        self._watch_path: str | None = None
         #: Migrations the last connect applied (file names); empty when none were due.
         self.migrations_applied: list[str] = []
 
@@ -205,7 +208,7 @@ class SQLiteStore(TaskStore):
             self._file_identity = self._identity()
             self._file_check_due = time.monotonic() + FILE_CHECK_INTERVAL_S
             if not self._memory and not self.path.startswith("file:"):
-                self._watch = watch_database(self._engine.database_file or self.path)
+                self._watch_path = self._engine.database_file or self.path
         self._start_sweeper()
         return self._engine
 
@@ -340,6 +343,9 @@ class SQLiteStore(TaskStore):
         instead of being taken for the starting point and slept through."""
         engine = await self._connected_or_closed()
         watch = self._watch
+        if watch is None and self._watch_path is not None and self._engine is engine:
+            watch = self._watch = watch_database(self._watch_path)
+            self._watch_path = None
         if watch is None or not watch.live:
             return await self._await_change(engine, None, timeout_s, kind)
         # Held before the counter is read: a write from then on is reported
@@ -390,6 +396,7 @@ class SQLiteStore(TaskStore):
                 version = now_version
 
     def _close_watch(self) -> None:
+        self._watch_path = None
         watch, self._watch = self._watch, None
         if watch is not None:
             watch.close()
