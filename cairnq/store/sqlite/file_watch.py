@@ -25,6 +25,11 @@ the counter only then (and rarely otherwise, as a safety net):
   ``CAIRNQ_SQLITE_FILE_WATCH=0`` in the environment: no watch, and waiters
   poll as before.
 
+A store makes its watch at its first wait (a store that never waits, a
+producer, holds none) and closes it with its connection. On Linux each watch
+is one inotify instance, of ``fs.inotify.max_user_instances`` per user (128
+by default): past that, the store that cannot get one polls.
+
 A notification only means "look now": the writer's WAL frames reach the
 file (the event) before its commit is published in the shared-memory index
 that ``data_version`` reads (after the fsync, under ``synchronous=FULL``),
