@@ -40,17 +40,22 @@ class Heartbeats:
     def __len__(self) -> int:
         return len(self._live)
 
-    def hold(self, contexts: Iterable[TaskContext]) -> None:
-        for ctx in contexts:
-            self._live[ctx.task_id] = ctx
+    def hold(self, contexts: Iterable[TaskContext], ids: Optional[Iterable[str]] = None) -> None:
+        """Renew these leases from now on; ``ids``: their task ids, in the
+        same order, where the caller has them at hand."""
+        if ids is None:
+            ids = [ctx.task_id for ctx in contexts]
+        self._live.update(zip(ids, contexts))
         if self._live and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def release(self, ctx: TaskContext) -> None:
+    def release(self, ctx: TaskContext, task_id: Optional[str] = None) -> None:
         # Only this very context: the same task may already be held again, by
         # its next attempt, claimed before this one's release ran.
-        if self._live.get(ctx.task_id) is ctx:
-            del self._live[ctx.task_id]
+        if task_id is None:
+            task_id = ctx.task_id
+        if self._live.get(task_id) is ctx:
+            del self._live[task_id]
 
     async def stop(self) -> None:
         task, self._task = self._task, None

@@ -19,6 +19,7 @@ import sys
 import time
 from collections import Counter
 from functools import partial
+from operator import attrgetter
 from typing import Any, AsyncContextManager, Callable, Optional, Sequence, TypeVar, Union, overload
 
 from cairnq._backoff import DEFAULT_RETRY_BACKOFF_MAX_MS, DEFAULT_RETRY_BACKOFF_MS
@@ -26,7 +27,7 @@ from cairnq._ids import new_id
 from cairnq.backpressure import DEFAULT_MAX_WAIT_MS, QueueDepthLimit
 from cairnq import events
 from cairnq.context import TaskContext, new_contexts, report_claimed
-from cairnq.models import TaskDef
+from cairnq.models import Task, TaskDef
 from cairnq.store.base import TaskStore
 from cairnq.store.factory import postgres_store, sqlite_store
 from cairnq.store.validation import (
@@ -53,12 +54,13 @@ OnError = Callable[[BaseException, dict[str, Any]], None]
 CLAIM_ERROR_BACKOFF_S = 0.25
 F = TypeVar("F", bound=Callable[..., Any])
 _CLAIMED = events.channel("task.claimed")
+_task_id = attrgetter("id")
 # asyncio.Task(..., eager_start=True) where it exists (3.12+): the task runs
 # its first step at creation, as current task, in its own context, so a
 # handler sees what it sees in any task.
-_EAGER_TASK: Optional[Callable[..., "asyncio.Task[None]"]] = (
-    partial(asyncio.Task, eager_start=True) if sys.version_info >= (3, 12) else None
-)
+_EAGER_TASK: Optional[Callable[..., "asyncio.Task[None]"]] = None
+if sys.version_info >= (3, 12):
+    _EAGER_TASK = partial(asyncio.Task, eager_start=True)
 
 
 def _check_arguments(
@@ -455,9 +457,10 @@ class Worker:
         assert heartbeats is not None
         measure = self._max_in_flight_bytes is not None
         loop = asyncio.get_running_loop()
-        # Python 3.12+: a handler starts at once, in its own task; one that
-        # does not suspend costs no trip through the loop's ready queue.
-        start = _EAGER_TASK if loop.get_task_factory() is None else None
+        # With no task factory set, tasks are made directly (what create_task
+        # would do, one frame less); on Python 3.12+ they start at once: a
+        # handler that does not suspend costs no trip through the ready queue.
+        start = (_EAGER_TASK or asyncio.Task) if loop.get_task_factory() is None else None
         for reg, tasks in calls:
             contexts = new_contexts(store, tasks, worker_id, lease_ms, backoff_ms, backoff_max_ms)
             if _CLAIMED.on:
@@ -468,9 +471,9 @@ class Worker:
             size = self._payload_bytes(tasks) if measure else 0
             self._in_flight_bytes += size
             self._running += 1
-            hold = _Hold(self, contexts, held, size)
+            hold = _Hold(self, tasks, contexts, held, size)
             if reg is not None:
-                heartbeats.hold(contexts)
+                heartbeats.hold(contexts, map(_task_id, tasks))
                 work = run_call(settings, reg, contexts, hold)
             else:
                 work = no_handler(settings, contexts, hold)
@@ -489,8 +492,8 @@ class Worker:
         self._in_flight_bytes -= size
         heartbeats = self._heartbeats
         if heartbeats is not None:
-            for ctx in hold.contexts:
-                heartbeats.release(ctx)
+            for task, ctx in zip(hold.tasks, hold.contexts):
+                heartbeats.release(ctx, task.id)
         if (held or size) and self._call_done is not None:
             self._call_done.set()  # its resource units or payload bytes are free again
         if not self._calls and self._no_calls is not None:
@@ -539,12 +542,18 @@ class Worker:
 class _Hold:
     """One call's hold on its worker (``execution.CallHold``)."""
 
-    __slots__ = ("_worker", "contexts", "held", "size", "task", "_running", "_settled")
+    __slots__ = ("_worker", "tasks", "contexts", "held", "size", "task", "_running", "_settled")
 
     def __init__(
-        self, worker: Worker, contexts: list[TaskContext], held: Sequence[str], size: int
+        self,
+        worker: Worker,
+        tasks: list[Task],
+        contexts: list[TaskContext],
+        held: Sequence[str],
+        size: int,
     ) -> None:
         self._worker = worker
+        self.tasks = tasks
         self.contexts = contexts
         self.held = held
         self.size = size

@@ -63,6 +63,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 
 from cairnq.errors import StoreClosed
 from cairnq.store.loop_state import nothing_else_ready
+from cairnq.store.sqlite.file_watch import FileWatch
 from cairnq.store.sqlite.turns import HOLD_NS, WriteTurns
 
 log = logging.getLogger("cairnq.store")
@@ -160,7 +161,9 @@ class SqliteEngine:
         self._flush_handle: asyncio.Handle | asyncio.TimerHandle | None = None
         self._flushing = False
         self._write_busy: BusyPolicy | None = None  # set while queued writes wait for the lock
-        self._turns = WriteTurns.open(_database_file(conn)) if turns else None
+        #: The main database's file name ("" for a memory or temporary database).
+        self.database_file = _database_file(conn)
+        self._turns = WriteTurns.open(self.database_file) if turns else None
         self._announced = False  # this engine is (or may be) in the queue of waiters
         self._begins_waiting = 0  # transactions now waiting for the lock
         self._in_txn = False
@@ -702,17 +705,23 @@ class SqliteEngine:
                 waiter.set_result(None)
         self._commit_waiters.clear()
 
-    async def wait_commit(self, timeout_s: float) -> None:
-        """Return at this connection's next commit, or after ``timeout_s``."""
+    async def wait_commit(self, timeout_s: float, watch: FileWatch | None = None) -> None:
+        """Return at this connection's next commit, at the next notification
+        of ``watch`` (a change to the file's contents, held by the caller:
+        see file_watch), or after ``timeout_s``."""
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         self._commit_waiters.add(waiter)
+        if watch is not None:
+            watch.add(waiter)
         timer = loop.call_later(timeout_s, _settle_none, waiter)
         try:
             await waiter
         finally:
             timer.cancel()
             self._commit_waiters.discard(waiter)
+            if watch is not None:
+                watch.discard(waiter)
 
     def data_version(self) -> int | None:
         """The file's change counter, or None while our own transaction owns

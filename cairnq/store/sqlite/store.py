@@ -19,6 +19,7 @@ from cairnq.store.driver import STATEMENTS, Fetch, observed
 from cairnq.store.own import is_own, register_own
 from cairnq.store.sqlite.echo import row_echo
 from cairnq.store.sqlite.engine import SqliteEngine
+from cairnq.store.sqlite.file_watch import FileWatch, watch_database
 from cairnq.store.sqlite.opening import (
     SYNCHRONOUS_MODES,
     is_memory_path,
@@ -32,10 +33,22 @@ log = logging.getLogger("cairnq.store")
 __all__ = ["SQLiteStore"]
 
 STATISTICS_INTERVAL_S = 60.0
-# Polling the change counter: a fresh wait checks after 1 ms, backing off to
-# every 2 ms; each check reads shared memory, not the database.
+# Polling the change counter where no file watch tells of writes (see
+# file_watch: Windows, URI and memory databases, CAIRNQ_SQLITE_FILE_WATCH=0):
+# a fresh wait checks after 1 ms, backing off to every 2 ms; each check reads
+# shared memory, not the database.
 CHANGE_POLL_MIN_S = 0.001
 CHANGE_POLL_MAX_S = 0.002
+# With a file watch, a waiter looks at the counter when told the files were
+# written, then every NOTICE_POLL_S for NOTICE_CLOSE_S (a commit reaches the
+# counter only after its WAL write is reported: after its fsync, under
+# synchronous=FULL, so the first look may come too soon), then less and less
+# often (at twice the time since the notification). Otherwise, every
+# QUIET_POLL_S: a safety net for writes the kernel does not report (made on
+# the other side of a network or virtual file system, say).
+NOTICE_POLL_S = 0.001
+NOTICE_CLOSE_S = 0.025
+QUIET_POLL_S = 0.1
 # How often an idle wait checks that the path still names the file we have
 # open (a stat(2); never per statement).
 FILE_CHECK_INTERVAL_S = 0.25
@@ -137,6 +150,12 @@ class SQLiteStore(TaskStore):
         # (st_dev, st_ino) of the file opened; None for memory and URI paths.
         self._file_identity: tuple[int, int] | None = None
         self._file_check_due = 0.0
+        # Told when the file is written (one per connection, shared by every
+        # waiter, made by the first wait: a store that never waits holds no
+        # watch); None: waiters poll. _watch_path: the file to watch, until
+        # a watch was tried.
+        self._watch: FileWatch | None = None
+        self._watch_path: str | None = None
         #: Migrations the last connect applied (file names); empty when none were due.
         self.migrations_applied: list[str] = []
 
@@ -188,6 +207,8 @@ class SQLiteStore(TaskStore):
             self._statistics_due = time.monotonic() + STATISTICS_INTERVAL_S
             self._file_identity = self._identity()
             self._file_check_due = time.monotonic() + FILE_CHECK_INTERVAL_S
+            if not self._memory and not self.path.startswith("file:"):
+                self._watch_path = self._engine.database_file or self.path
         self._start_sweeper()
         return self._engine
 
@@ -215,6 +236,7 @@ class SQLiteStore(TaskStore):
             if self._maintenance is not None:
                 await asyncio.gather(self._maintenance, return_exceptions=True)
             engine, self._engine = self._engine, None
+            self._close_watch()
             if engine is not None:
                 await engine.drain_and_close()
                 if self._memory:
@@ -312,13 +334,28 @@ class SQLiteStore(TaskStore):
     async def _wait_for_change(self, timeout_s: float, kind: str | None = None) -> bool:
         """Wait up to ``timeout_s`` for a commit to the file, by this store (told
         at once) or by any other connection (seen on the file's change counter,
-        polled every few milliseconds). True if one happened.
+        read when the file watch reports a write, or polled every few
+        milliseconds where there is none). True if one happened.
 
         With ``kind``, changes count from just before the last probe of that
         kind (the read that found nothing to do), if any: a commit that landed
         after that read but before this wait began ends the wait at once
         instead of being taken for the starting point and slept through."""
         engine = await self._connected_or_closed()
+        watch = self._watch
+        if watch is None and self._watch_path is not None and self._engine is engine:
+            watch = self._watch = watch_database(self._watch_path)
+            self._watch_path = None
+        if watch is None or not watch.live:
+            return await self._await_change(engine, None, timeout_s, kind)
+        # Held before the counter is read: a write from then on is reported
+        # (one before it was, if recent: see NOTICE_CLOSE_S).
+        with watch.waiting():
+            return await self._await_change(engine, watch, timeout_s, kind)
+
+    async def _await_change(
+        self, engine: SqliteEngine, watch: FileWatch | None, timeout_s: float, kind: str | None
+    ) -> bool:
         deadline = _monotonic() + timeout_s
         stamp = None if kind is None else engine.take_probe_stamp(kind)
         version = engine.data_version()
@@ -331,10 +368,23 @@ class SQLiteStore(TaskStore):
             version = probed_version  # also when our transaction hides the counter now
         tick = CHANGE_POLL_MIN_S
         while True:
-            remaining = deadline - _monotonic()
+            now = _monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 return False
-            await engine.wait_commit(min(tick, remaining))
+            if watch is not None and watch.live:
+                # Backing off from the last notification (one that came just
+                # before this wait began counts too: its commit may be on the
+                # way), down to the safety net.
+                since = now - watch.last_notice
+                if since < NOTICE_CLOSE_S:
+                    sleep = NOTICE_POLL_S
+                else:
+                    sleep = min(since, QUIET_POLL_S)
+                await engine.wait_commit(min(sleep, remaining), watch)
+            else:
+                await engine.wait_commit(min(tick, remaining))
+                tick = min(tick * 2, CHANGE_POLL_MAX_S)
             if self._engine is not engine or engine.commits != commits:
                 return True
             if _monotonic() >= self._file_check_due and await self._reopened_if_replaced(engine):
@@ -344,7 +394,12 @@ class SQLiteStore(TaskStore):
                 if version is not None and now_version != version:
                     return True
                 version = now_version
-            tick = min(tick * 2, CHANGE_POLL_MAX_S)
+
+    def _close_watch(self) -> None:
+        self._watch_path = None
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.close()
 
     # -- the file under the path ------------------------------------------------
 
@@ -377,6 +432,7 @@ class SQLiteStore(TaskStore):
         if self._engine is engine:
             self._engine = None
             self._file_identity = None
+            self._close_watch()
             await engine.drain_and_close()
             self._survived(DatabaseReplaced(self.path, reason))
         return True

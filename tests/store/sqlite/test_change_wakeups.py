@@ -17,12 +17,23 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable
 
+import pytest
 from processes import Procs
 
 from cairnq import CairnQ, SQLiteStore
+from cairnq.store.sqlite.file_watch import ENV
 
 WAIT_MS = 2_000
 PROMPT_S = WAIT_MS / 1000 / 2
+
+
+@pytest.fixture(autouse=True, params=["file watch", "polling"])
+def wakeups(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test both ways: waiters told of writes by the kernel (where it
+    can), and waiters polling the change counter. (The environment reaches
+    the worker processes too.)"""
+    monkeypatch.setenv(ENV, "1" if request.param == "file watch" else "0")
+    return str(request.param)
 
 
 async def _seconds(aw: Awaitable[Any]) -> float:
