@@ -29,6 +29,8 @@ __all__ = ["create_pool_executor", "check_schema_name", "PLAIN_IDENT", "PoolExec
 
 CONNECT_TIMEOUT_S = 10
 HOT_CONNECTION_MAX_S = 60.0  # the kept connection goes back to the pool this often
+MAX_SPARE_CURSORS = 64  # kept per connection for pipelined batches
+_MAX_SESSIONS = 64  # sessions kept for pooled connections (per executor)
 _warned_pure_python = False
 
 
@@ -88,11 +90,28 @@ class _Session:
     (two at once on one session) gets a cursor of its own.
     """
 
-    __slots__ = ("_conn", "_cursor")
+    __slots__ = ("_conn", "_cursor", "_spares")
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
         self._cursor: Any = None  # free for the next statement; None while in use
+        self._spares: list[Any] = []  # free cursors for a pipelined batch
+
+    def _take_cursors(self, n: int) -> list[Any]:
+        """``n`` cursors for a pipelined batch (one per statement: each holds
+        its own result), the kept ones first."""
+        spares = self._spares
+        kept = len(spares) - min(n, len(spares))
+        taken = spares[kept:]
+        del spares[kept:]
+        cursor = self._conn.cursor
+        taken.extend(cursor() for _ in range(n - len(taken)))
+        return taken
+
+    def _give_back(self, cursors: list[Any]) -> None:
+        room = MAX_SPARE_CURSORS - len(self._spares)
+        if room > 0:
+            self._spares.extend(cursors[:room])
 
     async def query(self, text: str, values: Sequence[Any]) -> list[dict[str, Any]]:
         cur = await self._run(text, values, True)
@@ -144,14 +163,26 @@ class PoolExecutor:
         self._hot_since = 0.0
         self._hot_busy = False
         self._hot_enabled = pool.max_size >= 2
+        # One session (and its cursors) per pooled connection, found again at
+        # each checkout: id(conn) -> session, checked against the connection
+        # itself (an id outlives its object).
+        self._sessions: dict[int, _Session] = {}
 
     @property
     def pool(self) -> Any:
         return self._pool
 
+    def _session(self, conn: Any) -> _Session:
+        session = self._sessions.get(id(conn))
+        if session is None or session._conn is not conn:
+            if len(self._sessions) >= _MAX_SESSIONS:  # connections the pool replaced
+                self._sessions.clear()
+            session = self._sessions[id(conn)] = _Session(conn)
+        return session
+
     async def query(self, text: str, values: Sequence[Any]) -> list[dict[str, Any]]:
         async with self._pool.connection() as conn:
-            return await _Session(conn).query(text, values)
+            return await self._session(conn).query(text, values)
 
     async def _query_raw(
         self, text: str, values: Sequence[Any], prepare: bool = True
@@ -160,14 +191,14 @@ class PoolExecutor:
         values instead of reusing a prepared (possibly generic) plan."""
         if self._hot_busy or not self._hot_enabled:
             async with self._pool.connection() as conn:
-                return await _Session(conn)._query_raw(text, values, prepare)
+                return await self._session(conn)._query_raw(text, values, prepare)
         self._hot_busy = True
         try:
             session = self._hot_session
             if session is None or time.monotonic() - self._hot_since > HOT_CONNECTION_MAX_S:
                 await self._release_hot()
                 self._hot = await self._pool.getconn()
-                session = self._hot_session = _Session(self._hot)
+                session = self._hot_session = self._session(self._hot)
                 self._hot_since = time.monotonic()
             try:
                 return await session._query_raw(text, values, prepare)
@@ -188,13 +219,13 @@ class PoolExecutor:
 
     async def execute(self, sql: str) -> None:
         async with self._pool.connection() as conn:
-            await _Session(conn).execute(sql)
+            await self._session(conn).execute(sql)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[_Session]:
         async with self._pool.connection() as conn:
             async with conn.transaction():
-                yield _Session(conn)
+                yield self._session(conn)
 
     async def _write_batch(
         self, statements: Sequence[tuple[str, Sequence[Any]]]
@@ -202,17 +233,17 @@ class PoolExecutor:
         """Run every statement in one transaction, pipelined: one round trip,
         one commit. Any error aborts (and rolls back) the whole batch."""
         async with self._pool.connection() as conn:
+            session = self._session(conn)
+            cursors = session._take_cursors(len(statements))
             async with conn.transaction():
                 async with conn.pipeline():
-                    cursors = []
-                    for text, values in statements:
-                        cur = conn.cursor()
+                    for cur, (text, values) in zip(cursors, statements):
                         await cur.execute(text, values)
-                        cursors.append(cur)
                 results = []
                 for cur in cursors:
                     results.append(await cur.fetchall() if _has_rows(cur) else [])
-                return results
+            session._give_back(cursors)  # only after a clean commit
+            return results
 
     async def listen(
         self,
