@@ -7,11 +7,13 @@ Each workload in ``bench/workloads.py`` runs under both interpreters (ours, and
 the reference's own cached virtualenv, built on first use), against a fresh
 database each time, alternating which SDK goes first between rounds. The
 physical limits of this machine (bare sqlite3 loops of 1-row and 64-row
-commits, no SDK) are measured in the same run, and so is the drains' floor
-(``floor_drain``: their own claim and settlement statements in a bare loop;
-on PostgreSQL also ``floor_drain_pipelined``, two connections), reported as
-``drain_c64`` ours / floor. Prints medians, ranges and the
-ratio per row; ``--json FILE`` saves the raw samples.
+commits, no SDK) are measured in the same run, and so are the floors of
+``drain_c64``, ``get``, ``submit_seq`` and (PostgreSQL) ``call_latency``: their
+own statements in a bare loop, same schema, durability and connection
+settings (``bench/workloads.py`` ``floor_*``), run in the same rounds and
+reported as ours / floor. Prints medians, ranges and the ratio per row;
+``--json FILE`` saves the raw samples; ``--no-reference`` leaves the
+reference SDK out.
 """
 
 from __future__ import annotations
@@ -39,9 +41,15 @@ WORKLOADS = [
     "drain_sleep1ms_c64", "drain_sleep1ms_c256", "drain_cpu1ms_c64",
 ]  # fmt: skip
 LIMITS = ["limit_commit1", "limit_commit1_schema", "limit_commit64", "limit_commit64_schema"]
-# The drains' floor: their claim and settlement statements in a bare loop, no
-# SDK (bench/workloads.py floor_*), run with ours whenever drain_c64 runs.
-FLOORS = {"sqlite": ["floor_drain"], "postgres": ["floor_drain", "floor_drain_pipelined"]}
+# Floors: a row's own statements in a bare loop, no SDK (bench/workloads.py
+# floor_*), run in the same rounds as ours whenever that row runs, and
+# reported as ours/floor (for call_latency: our milliseconds over the floor's).
+FLOORS = {
+    "drain_c64": {"sqlite": ["floor_drain"], "postgres": ["floor_drain", "floor_drain_pipelined"]},
+    "get": {"sqlite": ["floor_get"], "postgres": ["floor_get"]},
+    "submit_seq": {"sqlite": ["floor_submit_seq"], "postgres": ["floor_submit_seq"]},
+    "call_latency": {"postgres": ["floor_call"]},
+}
 LOWER_IS_BETTER = {"claim_idle", "call_latency"}
 
 
@@ -99,14 +107,17 @@ def main() -> None:
     parser.add_argument("--options", default="{}", help="JSON overrides for bench/workloads.py DEFAULTS")
     parser.add_argument("--python", default=sys.executable, help="interpreter with our cairnq installed")
     parser.add_argument("--json", default=None, help="write the raw samples here")
+    parser.add_argument("--no-reference", action="store_true", help="ours (and the floors) only")
     args = parser.parse_args()
 
     ours = args.python
     check = subprocess.run([ours, "-I", "-c", "import cairnq; print(cairnq.__version__, cairnq.SPEEDUPS)"],
                            capture_output=True, text=True, cwd=tempfile.gettempdir(), check=True)  # fmt: skip
-    reference = str(refsdk.python())
     print(f"ours: cairnq {check.stdout.strip()} ({ours})")
-    print(f"reference: {refsdk.REFERENCE} ({reference})")
+    reference = None
+    if not args.no_reference:
+        reference = str(refsdk.python())
+        print(f"reference: {refsdk.REFERENCE} ({reference})")
     options = json.loads(args.options)
     results: dict[str, Any] = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": []}
 
@@ -116,45 +127,50 @@ def main() -> None:
         print(header)
         print("-" * len(header))
         for workload in [w for w in args.workloads.split(",") if w]:
-            samples: dict[str, list[float]] = {"ours": [], "reference": []}
-            extra: dict[str, list[float]] = {"ours": [], "reference": []}
-            unit = ""
+            floors = FLOORS.get(workload, {}).get(dialect, [])
+            runs = [("ours", ours)] + ([("reference", reference)] if reference else [])
+            runs += [(floor, ours) for floor in floors]
+            samples: dict[str, list[float]] = {who: [] for who, _ in runs}
+            extra: dict[str, list[float]] = {who: [] for who, _ in runs}
+            units: dict[str, str] = {}
             bound = None
             for r in range(args.rounds):
-                order = [("ours", ours), ("reference", reference)]
-                if r % 2:
-                    order.reverse()
+                order = runs if r % 2 == 0 else runs[::-1]  # alternating, floors included
                 for who, python in order:
                     with Database(dialect) as target:
-                        out = run_one(python, workload, dialect, target, options)
+                        out = run_one(python, workload if who in ("ours", "reference") else who, dialect, target, options)
                     samples[who].append(out["value"])
                     if "p95" in out:
                         extra[who].append(out["p95"])
-                    unit = out["unit"]
-                    bound = out.get("bound")
-            a, b = statistics.median(samples["ours"]), statistics.median(samples["reference"])
-            ratio = (b / a) if workload in LOWER_IS_BETTER else (a / b)
-            print(f"{workload:<20} {unit:<34} {summarize(samples['ours']):>28} {summarize(samples['reference']):>28} {ratio:>7.1f}x")
+                    units[who] = out["unit"]
+                    if who == "ours":
+                        bound = out.get("bound")
+            unit = units["ours"]
+            a = statistics.median(samples["ours"])
+            ref = samples.get("reference", [])
+            b = statistics.median(ref) if ref else None
+            ratio = None if b is None else (b / a) if workload in LOWER_IS_BETTER else (a / b)
+            shown = f"{ratio:>7.1f}x" if ratio is not None else f"{'-':>8}"
+            print(f"{workload:<20} {unit:<34} {summarize(samples['ours']):>28} {summarize(ref):>28} {shown}")
             if extra["ours"]:
-                print(f"{'  p95':<20} {'ms':<34} {summarize(extra['ours']):>28} {summarize(extra['reference']):>28}")
+                print(f"{'  p95':<20} {'ms':<34} {summarize(extra['ours']):>28} {summarize(extra.get('reference', [])):>28}")
+                worst = max(p95 / p50 for p95, p50 in zip(extra["ours"], samples["ours"]))
+                print(f"{'  p95/p50 (worst)':<20} {'':<34} {worst:>27.2f}x")
             if bound:  # a handler that does work sets a bound of its own
-                print(f"{'  of its bound':<20} {f'{bound:,} tasks/s':<34} {a / bound:>27.1%} {b / bound:>27.1%}")
+                of_ref = f"{b / bound:>27.1%}" if b is not None else f"{'-':>28}"
+                print(f"{'  of its bound':<20} {f'{bound:,} tasks/s':<34} {a / bound:>27.1%} {of_ref}")
             results["rows"].append(
                 {"dialect": dialect, "workload": workload, "unit": unit, "ours": samples["ours"],
-                 "reference": samples["reference"], "p95": extra, "ratio": ratio}  # fmt: skip
+                 "reference": ref, "p95": extra, "ratio": ratio}  # fmt: skip
             )
-        drain = next((r for r in results["rows"] if r["dialect"] == dialect and r["workload"] == "drain_c64"), None)
-        if drain is not None:
-            for floor in FLOORS[dialect]:
-                values = []
-                for _ in range(args.rounds):
-                    with Database(dialect) as target:
-                        out = run_one(ours, floor, dialect, target, options)
-                    values.append(out["value"])
-                share = statistics.median(drain["ours"]) / statistics.median(values)
-                print(f"{floor:<20} {out['unit']:<34} {summarize(values):>28} {'drain_c64 ours/floor':>28} {share:>7.2f}x")
-                results["rows"].append({"dialect": dialect, "workload": floor, "unit": out["unit"], "floor": values,
-                                        "drain_c64_over_floor": share})  # fmt: skip
+            for floor in floors:
+                share = a / statistics.median(samples[floor])
+                label = f"{workload} ours/floor" + (" (ms)" if workload in LOWER_IS_BETTER else "")
+                print(f"{floor:<20} {units[floor]:<34} {summarize(samples[floor]):>28} {label:>28} {share:>7.2f}x")
+                if extra[floor]:
+                    print(f"{'  p95':<20} {'ms':<34} {summarize(extra[floor]):>28}")
+                results["rows"].append({"dialect": dialect, "workload": floor, "unit": units[floor], "floor": samples[floor],
+                                        "p95": extra[floor], f"{workload}_over_floor": share})  # fmt: skip
         if dialect == "sqlite":
             for limit in LIMITS:
                 values = []

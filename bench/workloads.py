@@ -493,6 +493,193 @@ def floor_drain_pipelined(dialect: str, target: str, o: dict[str, Any]) -> dict[
     return {"value": _floor_pg(target, n, 64, 2), "unit": "tasks/s (bare loop, 2 connections)"}
 
 
+# -- the client operations' floors: their own statement in a bare loop, no SDK ------------
+
+
+def _fresh_schema(dialect: str, target: str) -> str | None:
+    """The schema (migrated by our SDK, then closed) and one task's id."""
+
+    async def make() -> str:
+        async with _client(dialect, target) as q:
+            return (await q.submit("noop", {"payload": "x" * 100})).id  # type: ignore[no-any-return]
+
+    return asyncio.run(make())
+
+
+def _sqlite_floor_conn(target: str) -> sqlite3.Connection:
+    """stdlib sqlite3 at the store's durability: WAL, synchronous=FULL, autocommit."""
+    conn = sqlite3.connect(target, isolation_level=None)
+    conn.execute("pragma journal_mode = wal")
+    conn.execute("pragma synchronous = full")
+    return conn
+
+
+async def _pg_floor_conn(target: str) -> Any:
+    """psycopg (its C implementation) with the pool's connection settings:
+    autocommit, statements prepared server-side at once, ``$n`` placeholders
+    (raw cursor), json/jsonb read as text."""
+    import psycopg
+    from psycopg.adapt import Loader
+
+    class JsonText(Loader):
+        def load(self, data: Any) -> str:
+            return bytes(data).decode("utf-8")
+
+    conn = await psycopg.AsyncConnection.connect(
+        target, autocommit=True, prepare_threshold=0, cursor_factory=psycopg.AsyncRawCursor
+    )
+    conn.adapters.register_loader("jsonb", JsonText)
+    conn.adapters.register_loader("json", JsonText)
+    return conn
+
+
+def _pg_dollar(name: str) -> tuple[str, tuple[str, ...]]:
+    """A PostgreSQL statement with ``$n`` placeholders (cairnq's literal-aware
+    splitter; no value is ever pasted in) and the order of its parameters."""
+    from cairnq.store.postgres.params import positional_statement
+
+    return positional_statement(_statement("postgres", name))  # type: ignore[no-any-return]
+
+
+def _submit_row(i: int) -> dict[str, Any]:
+    task_id = f"task_{i:026d}"
+    return {
+        "id": task_id, "name": "noop", "queue": "default", "payload": json.dumps({"i": i}), "metadata": "{}",
+        "max_attempts": 3, "priority": 0, "delay_ms": 0, "parent_id": None, "root_id": task_id,
+        "correlation_id": None,
+    }  # fmt: skip
+
+
+async def _floor_pg_get(target: str, task_id: str, n: int) -> float:
+    sql, slots = _pg_dollar("get")
+    conn = await _pg_floor_conn(target)
+    try:
+        cur = conn.cursor()
+        values = [{"id": task_id}[s] for s in slots]
+        await cur.execute(sql, values, prepare=True)
+        await cur.fetchall()
+        started = time.perf_counter()
+        for _ in range(n):
+            await cur.execute(sql, values, prepare=True)
+            await cur.fetchall()
+        return n / (time.perf_counter() - started)
+    finally:
+        await conn.close()
+
+
+async def _floor_pg_submit_seq(target: str, n: int) -> float:
+    sql, slots = _pg_dollar("insert_task")
+    conn = await _pg_floor_conn(target)
+    try:
+        cur = conn.cursor()
+        warm = dict(_submit_row(n), name="warm")
+        await cur.execute(sql, [warm[s] for s in slots], prepare=True)
+        await cur.fetchall()
+        started = time.perf_counter()
+        for i in range(n):
+            row = _submit_row(i)
+            await cur.execute(sql, [row[s] for s in slots], prepare=True)
+            await cur.fetchall()
+        return n / (time.perf_counter() - started)
+    finally:
+        await conn.close()
+
+
+def floor_get(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    """The floor of ``get``: the ``get`` statement by primary key, one connection, prepared."""
+    task_id = _fresh_schema(dialect, target)
+    n = o["get_n"]
+    if dialect == "postgres":
+        return {
+            "value": asyncio.run(_floor_pg_get(target, task_id, n)),
+            "unit": "gets/s (bare loop)",
+        }
+    sql = _statement("sqlite", "get")
+    conn = _sqlite_floor_conn(target)
+    conn.execute(sql, {"id": task_id}).fetchall()
+    started = time.perf_counter()
+    for _ in range(n):
+        conn.execute(sql, {"id": task_id}).fetchall()
+    value = n / (time.perf_counter() - started)
+    conn.close()
+    return {"value": value, "unit": "gets/s (bare loop)"}
+
+
+def floor_submit_seq(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    """The floor of ``submit_seq``: the ``insert_task`` statement, one row per
+    transaction (PostgreSQL: autocommit, prepared, the returned row fetched;
+    SQLite: WAL, synchronous=FULL, the SDK's own bound values)."""
+    _fresh_schema(dialect, target)
+    n = o["submit_n"]
+    if dialect == "postgres":
+        return {
+            "value": asyncio.run(_floor_pg_submit_seq(target, n)),
+            "unit": "submits/s (bare loop, 1 a commit)",
+        }
+    sql = _statement("sqlite", "insert_task")
+    conn = _sqlite_floor_conn(target)
+    started = time.perf_counter()
+    for i in range(n):
+        now = int(time.time() * 1000)
+        row = _submit_row(i)
+        conn.execute(sql, dict(row, run_at_ms=now, now_ms=now))
+    value = n / (time.perf_counter() - started)
+    conn.close()
+    return {"value": value, "unit": "submits/s (bare loop, 1 a commit)"}
+
+
+async def _floor_pg_call(target: str, n: int) -> list[float]:
+    """submit, claim, complete and get on one connection, each on its own
+    (three commits and a read): the round trips a call cannot avoid."""
+    insert, insert_slots = _pg_dollar("insert_task")
+    claim, claim_slots = _pg_dollar("claim_one_queue_one_name")
+    complete, complete_slots = _pg_dollar("complete")
+    get_sql, get_slots = _pg_dollar("get")
+    conn = await _pg_floor_conn(target)
+    samples = []
+    try:
+        cur = conn.cursor()
+        for i in range(-20, n):  # 20 to warm up
+            started = time.perf_counter()
+            row = dict(_submit_row(i + 20), name="echo", payload=json.dumps({"i": i}))
+            await cur.execute(insert, [row[s] for s in insert_slots], prepare=True)
+            await cur.fetchall()
+            values = {
+                "worker_id": "floor",
+                "lease_ms": 30_000,
+                "queue": "default",
+                "name": "echo",
+                "limit": 1,
+            }
+            await cur.execute(claim, [values[s] for s in claim_slots], prepare=True)
+            (claimed,) = await cur.fetchall()
+            done = {"id": claimed[0], "result": row["payload"], "worker_id": "floor"}
+            await cur.execute(complete, [done[s] for s in complete_slots], prepare=True)
+            await cur.fetchall()
+            await cur.execute(get_sql, [{"id": claimed[0]}[s] for s in get_slots], prepare=True)
+            await cur.fetchall()
+            if i >= 0:
+                samples.append((time.perf_counter() - started) * 1000)
+    finally:
+        await conn.close()
+    return samples
+
+
+def floor_call(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    """PostgreSQL: the floor of ``call_latency``: its three commits and the
+    caller's read in a bare loop on one connection (no process hops, no
+    notifications)."""
+    if dialect != "postgres":
+        raise SystemExit("floor_call is a PostgreSQL floor")
+    _fresh_schema(dialect, target)
+    samples = sorted(asyncio.run(_floor_pg_call(target, o["calls"])))
+    return {
+        "value": statistics.median(samples),
+        "p95": samples[int(len(samples) * 0.95) - 1],
+        "unit": "ms per call (bare loop, p50)",
+    }
+
+
 WORKLOADS: dict[str, Callable[..., Any]] = {
     f.__name__: f
     for f in (
@@ -500,7 +687,7 @@ WORKLOADS: dict[str, Callable[..., Any]] = {
         drain_c8, drain_c64, drain_distinct_c64, drain_batch64, call_latency, e2e_throughput,
         drain_sleep1ms_c64, drain_sleep1ms_c256, drain_cpu1ms_c64,
         limit_commit1, limit_commit1_schema, limit_commit64, limit_commit64_schema,
-        floor_drain, floor_drain_pipelined,
+        floor_drain, floor_drain_pipelined, floor_get, floor_submit_seq, floor_call,
     )
 }  # fmt: skip
 

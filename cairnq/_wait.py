@@ -1,8 +1,11 @@
 """Waiting for a task to finish: a read-only poll with a growing interval.
 
 The probe reads only ``(id, status)``; the full row is read once the task is
-terminal (or the time is up). Each sleep goes through the store's
-``task_done_wake``, which drivers with a push channel end early.
+terminal (or the time is up), and at once, without a probe, when the store
+says it finished. Each sleep goes through the store's ``task_done_wake``,
+which drivers with a push channel end early (and which tells of a finish that
+landed just before it began). A task just submitted is not probed before the
+first wait.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 from cairnq.errors import TaskTimeout
-from cairnq.models import Task
+from cairnq.models import Task, TaskRef
 
 if TYPE_CHECKING:
     from cairnq.store.base import TaskStore
@@ -23,6 +26,7 @@ __all__ = [
     "MAX_POLL_MS",
     "next_poll_ms",
     "poll_wait",
+    "poll_wait_submitted",
     "poll_wait_by_key",
 ]
 
@@ -40,7 +44,11 @@ def _check(timeout_ms: float, poll_ms: float, max_poll_ms: float) -> float:
     """The timeout to use. Any real number goes (``seconds * 1000`` is a
     float); a negative timeout, as a deadline computed too late gives, is no
     time left: one look, then TaskTimeout, as in 0.15.1; ``inf`` waits on."""
-    for what, value in (("timeout_ms", timeout_ms), ("poll_ms", poll_ms), ("max_poll_ms", max_poll_ms)):
+    for what, value in (
+        ("timeout_ms", timeout_ms),
+        ("poll_ms", poll_ms),
+        ("max_poll_ms", max_poll_ms),
+    ):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"{what} must be a number, got {type(value).__name__}")
         if value != value:
@@ -59,6 +67,32 @@ async def poll_wait(
     max_poll_ms: int = MAX_POLL_MS,
 ) -> Task:
     """The terminal task (any terminal status), or TaskTimeout."""
+    return await _poll_wait(store, task_id, None, timeout_ms, poll_ms, max_poll_ms)
+
+
+async def poll_wait_submitted(
+    store: TaskStore,
+    task: Task,
+    *,
+    timeout_ms: int,
+    poll_ms: int = DEFAULT_POLL_MS,
+    max_poll_ms: int = MAX_POLL_MS,
+) -> Task:
+    """``poll_wait`` for a task its submit just returned (``call``): not
+    finished then, it is not read again before the first wait, since a
+    finish that lands meanwhile is what that wait is told of."""
+    known = task if isinstance(task, Task) and not task.is_terminal else None
+    return await _poll_wait(store, task.id, known, timeout_ms, poll_ms, max_poll_ms)
+
+
+async def _poll_wait(
+    store: TaskStore,
+    task_id: str,
+    known: Task | None,
+    timeout_ms: int,
+    poll_ms: int,
+    max_poll_ms: int,
+) -> Task:
     deadline = time.monotonic() + _check(timeout_ms, poll_ms, max_poll_ms) / 1000
     interval: float = max(1, poll_ms)  # 0 (0.15.1 takes it): as often as a wait allows
     max_poll_ms = max(1, max_poll_ms)
@@ -70,7 +104,11 @@ async def poll_wait(
             if found is not None and found.is_terminal:
                 return found
             snapshot = found or snapshot
-        ref = await store.get_status(task_id)
+        ref: TaskRef | Task | None
+        if known is not None:
+            ref, known = known, None
+        else:
+            ref = await store.get_status(task_id)
         remaining = int((deadline - time.monotonic()) * 1000)
         if ref is not None and (ref.is_terminal or remaining <= 0):
             snapshot = await store.get(task_id) or snapshot

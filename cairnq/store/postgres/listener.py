@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from typing import Any, Callable, Iterable, Optional
 
 from cairnq.store.postgres.executor import ListenUnavailable, PgExecutor
@@ -26,6 +27,10 @@ QUEUED_CHANNEL = "cairnq_queued"
 DONE_CHANNEL = "cairnq_done"
 LISTENER_RETRY_MS = 1_000
 LISTENER_RETRY_MAX_MS = 30_000
+# How many ids of finished tasks nobody was waiting on are kept for a wait
+# that is about to begin (a waiter reads the status, then registers; a
+# notification landing in between is found here instead of slept through).
+RECENT_DONE = 2_048
 
 
 class Listener:
@@ -45,6 +50,7 @@ class Listener:
         self._pending_queues: set[str] = set()
         self._queued_waiters: dict[str, set[asyncio.Future[bool]]] = {}
         self._done_waiters: dict[str, set[asyncio.Future[bool]]] = {}
+        self._recent_done: OrderedDict[str, None] = OrderedDict()  # oldest first
         self._subscribers: list[Callable[[str, Optional[str]], None]] = []
         self.fleet = Fleet()
         self._fleet_channel: Optional[str] = None  # see listen_fleet
@@ -126,8 +132,17 @@ class Listener:
             if self.fleet.members:
                 self.fleet.heard_queued(payload)
         elif channel == DONE_CHANNEL and payload is not None:
-            for waiter in self._done_waiters.pop(payload, ()):
-                _wake(waiter, True)  # told: the waiter reads the whole row at once
+            waiters = self._done_waiters.pop(payload, None)
+            if waiters:
+                for waiter in waiters:
+                    _wake(waiter, True)  # told: the waiter reads the whole row at once
+            else:
+                # Nobody waits on it yet; a wait that begins shortly (its
+                # caller's status read raced this commit) finds it here.
+                recent = self._recent_done
+                recent[payload] = None
+                if len(recent) > RECENT_DONE:
+                    recent.popitem(last=False)
         for callback in list(self._subscribers):
             try:
                 callback(channel, payload)
@@ -156,7 +171,12 @@ class Listener:
         return told
 
     async def wait_done(self, task_id: str, timeout_s: float) -> bool:
-        """True when told the task finished; False after the timeout."""
+        """True when told the task finished (also when told shortly before
+        this wait began); False after the timeout."""
+        recent = self._recent_done
+        if task_id in recent:  # checked and registered in one step of the loop
+            del recent[task_id]
+            return True
         return await self._wait(self._done_waiters, [task_id], timeout_s)
 
     async def _wait(

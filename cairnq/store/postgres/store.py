@@ -77,6 +77,9 @@ class PostgresStore(TaskStore):
         self.schema = schema
         self._statements = load_statements("postgres")
         self._positional: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
+        # Statements with one text whatever the values (no literals, no
+        # optional filters): name -> (text, parameter order), bound by lookup.
+        self._plain: dict[str, tuple[str, tuple[str, ...]]] = {}
         # Statements annotated plan-per-value (see cairnq._sql.ANNOTATIONS): those values.
         self._selective = {n: s.plan_per_value for n, s in self._statements.items() if s.plan_per_value}
         self._with_literals: dict[tuple[Any, ...], tuple[str, tuple[str, ...]]] = {}
@@ -213,11 +216,16 @@ class PostgresStore(TaskStore):
         return found
 
     def _bind(self, name: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
-        stmt = self._statements[name]
-        if name in self._selective:
-            return self._bind_with_literals(stmt, params)
-        sql = stmt.specialize(params) if stmt.filters else None
-        text, names = self._positional_for(name, sql)
+        plain = self._plain.get(name)
+        if plain is None:
+            stmt = self._statements[name]
+            if name in self._selective:
+                return self._bind_with_literals(stmt, params)
+            if stmt.filters:
+                text, names = self._positional_for(name, stmt.specialize(params))
+                return text, [params[n] for n in names]
+            plain = self._plain[name] = self._positional_for(name)
+        text, names = plain
         return text, [params[n] for n in names]
 
     def _bind_with_literals(self, stmt: Statement, params: dict[str, Any]) -> tuple[str, list[Any]]:
