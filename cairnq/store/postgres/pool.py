@@ -256,7 +256,8 @@ class PoolExecutor:
         conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
         try:
             for channel in channels:
-                await conn.execute(f'listen "{channel}"')
+                # Composed as an identifier by psycopg (quotes doubled), whatever the name.
+                await conn.execute(psycopg.sql.SQL("listen {}").format(psycopg.sql.Identifier(channel)))
         except Exception as exc:
             await conn.close()
             raise ListenUnavailable(f"LISTEN is not available here: {exc}") from exc

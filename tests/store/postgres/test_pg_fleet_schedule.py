@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from cairnq.store.postgres.fleet import (
     NEWS_SHARE,
     TURN_ROUNDS,
@@ -111,6 +114,15 @@ def test_a_members_channel_is_ours_to_spell() -> None:
     for odd in ['w"; drop table x; --', "w x", "é", "w" * 60, ""]:
         if odd:
             assert member_channel("0a0b0c0d", odd) is None, odd
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_a_members_channel_never_spells_hostile_text(worker_id: str) -> None:
+    channel = member_channel("0a0b0c0d", worker_id)
+    if channel is not None:
+        assert channel == fleet_prefix("0a0b0c0d") + worker_id and len(channel) <= 63
+        assert all(c.isascii() and (c.isalnum() or c == "_") for c in channel)
 
 
 def test_turns_come_about_every_turn_rounds_intervals_spread_out() -> None:
