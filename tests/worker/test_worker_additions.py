@@ -230,3 +230,24 @@ async def test_distinct_results_of_one_poll_settle_in_one_statement(backend) -> 
     assert all(t.status == "succeeded" and t.result is None for t in done[16:])
     assert sum(calls["_complete_each_json"]) + sum(calls["_complete_many_json"]) == 32
     assert len(calls["_complete_each_json"]) + len(calls["_complete_many_json"]) <= 2
+
+
+def test_the_workers_contexts_are_built_as_the_constructor_builds_them() -> None:
+    """``new_contexts`` is the worker's way round TaskContext's keyword call;
+    it must leave every context exactly as the constructor does."""
+    from cairnq.context import TaskContext, new_contexts
+    from cairnq.models import Task
+
+    tasks = [
+        Task(id="task_a", name="n", queue="q", status="running", payload={"i": 1}, metadata={}),
+        Task(id="task_b", name="n", queue="q", status="running", payload=None, metadata={},
+             cancel_requested_at_ms=5),
+    ]  # fmt: skip
+    store = object()
+    made = new_contexts(store, tasks, "worker_x", 30_000, 250, 9_000)  # type: ignore[arg-type]
+    built = [
+        TaskContext(store, t, "worker_x", 30_000, retry_backoff_ms=250, retry_backoff_max_ms=9_000)  # type: ignore[arg-type]
+        for t in tasks
+    ]
+    assert [type(c) for c in made] == [TaskContext, TaskContext]
+    assert [vars(c) for c in made] == [vars(c) for c in built]
