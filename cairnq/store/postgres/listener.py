@@ -50,6 +50,9 @@ class Listener:
         self._pending_queues: set[str] = set()
         self._queued_waiters: dict[str, set[asyncio.Future[bool]]] = {}
         self._done_waiters: dict[str, set[asyncio.Future[bool]]] = {}
+        # Waits begun while no session listens: they end when one does (or at
+        # their timeout), so the waiter checks once and its next wait is pushed.
+        self._connect_waiters: set[asyncio.Future[bool]] = set()
         self._recent_done: OrderedDict[str, None] = OrderedDict()  # oldest first
         self._subscribers: list[Callable[[str, Optional[str]], None]] = []
         self.fleet = Fleet()
@@ -116,6 +119,9 @@ class Listener:
                 continue
             self._retry_ms = LISTENER_RETRY_MS
             self._connected = True
+            # Whatever was raised while no session listened went unheard:
+            # every wait begun meanwhile ends now, and its waiter checks once.
+            self._release_all()
             return
 
     def _on_close(self) -> None:
@@ -151,11 +157,14 @@ class Listener:
 
     def _release_all(self) -> None:
         self.fleet.release()
-        for waiters in (*self._queued_waiters.values(), *self._done_waiters.values()):
+        for waiters in (
+            *self._queued_waiters.values(), *self._done_waiters.values(), self._connect_waiters
+        ):
             for waiter in waiters:
                 _wake(waiter)
         self._queued_waiters.clear()
         self._done_waiters.clear()
+        self._connect_waiters.clear()
 
     async def wait_queued(self, queues: Iterable[str], timeout_s: float) -> bool:
         """True when told of new work in one of ``queues``; False after the
@@ -182,19 +191,23 @@ class Listener:
     async def _wait(
         self, table: dict[str, set[asyncio.Future[bool]]], keys: list[str], timeout_s: float
     ) -> bool:
-        if not self._connected:
-            self.start()  # not up (yet): this wait is a plain sleep
-            await asyncio.sleep(timeout_s)
-            return False
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[bool] = loop.create_future()
-        for key in keys:
-            table.setdefault(key, set()).add(waiter)
+        connected = self._connected
+        if connected:
+            for key in keys:
+                table.setdefault(key, set()).add(waiter)
+        else:
+            # Not up (yet): until a session listens or the timeout, then False
+            # (nothing was heard, so the caller looks for itself).
+            self._connect_waiters.add(waiter)
+            self.start()
         timer = loop.call_later(timeout_s, _wake, waiter, False)
         try:
             return await waiter
         finally:
             timer.cancel()
+            self._connect_waiters.discard(waiter)
             for key in keys:
                 waiters = table.get(key)
                 if waiters is not None:

@@ -231,6 +231,53 @@ async def test_worker_with_long_poll_interval_picks_up_at_once_when_listening(pg
         await asyncio.wait_for(runner, 10)
 
 
+async def test_a_wait_begun_before_the_listening_session_is_up_ends_when_it_is(pg):
+    """A wait that starts while the store's LISTEN session is still connecting
+    cannot be told anything until it is up: it ends (False: look for
+    yourself) as soon as the session listens, not after its whole timeout,
+    and the wait after it is pushed."""
+    store, submitter = pg.store(), pg.store()
+    await submitter.connect()
+    await store.connect()
+    assert store._listener is not None and not store._listener.connected
+    assert await store.claim_wake(["q"], 5000) is False
+    assert store._listener.connected, "the wait ended before a session listened"
+    took = await timed(store.task_done_wake("task_nobody", 5000))
+    assert took > 4.5  # connected now: a real wait, which nothing ends
+
+    fresh = pg.store()
+    await fresh.connect()
+    assert await timed(fresh.task_done_wake("task_nobody", 5000)) < 2.5
+
+
+async def test_a_worker_whose_first_idle_wait_began_before_listening_claims_at_once(pg):
+    """The worker's first claim finds nothing before its store listens; a
+    task submitted a moment later is claimed within moments, not after the
+    worker's (long) poll interval."""
+    client = pg.client()
+    await client.connect()
+    store = pg.store()
+    ran = asyncio.Event()
+    worker = pg.worker(("wq",), store=store, poll_interval_ms=10_000)
+
+    @worker.task("wake.me")
+    async def handler(ctx, payload):
+        ran.set()
+        return payload
+
+    runner = asyncio.ensure_future(worker.run())
+    try:
+        await until(lambda: store._listener is not None and store._listener.connected, 5, "listener")
+        await asyncio.sleep(0.2)
+        start = time.monotonic()
+        await client.submit("wake.me", {"n": 1}, queue="wq")
+        await asyncio.wait_for(ran.wait(), 15)
+        assert time.monotonic() - start < 2.5, "the worker slept through its first wait"
+    finally:
+        worker.stop()
+        await asyncio.wait_for(runner, 10)
+
+
 class QueryOnly:
     """An executor with only the required protocol members (no ``listen``)."""
 
@@ -333,8 +380,9 @@ async def test_killed_listener_releases_waiters_and_is_reestablished(pg):
     assert time.monotonic() - start < 3  # released, not left to sleep 10 s
     await until(lambda: not store._listener.connected, 3, "listener marked down")
 
-    # a wake while it is down is a plain sleep, and kicks off the reconnect
-    assert await timed(store.claim_wake(["kq"], 200)) >= 0.19
+    # a wait while it is down kicks off the reconnect, and ends (told
+    # nothing) once a session listens again: well before its timeout
+    assert await timed(store.claim_wake(["kq"], 8000)) < 5
     await until(lambda: store._listener.connected, 5, "listener re-established")
     await asyncio.sleep(0.05)
     new = listener_pids(dsn, "cq_waiter")
