@@ -5,9 +5,12 @@ back for one loop turn so that the writes issued in the same turn share one
 commit. When nothing else is runnable, nothing could join the batch: the
 write may commit at once, inline, and skip the turn.
 
+A write that blocks (SQLite's fsync) must also not hold the loop past a
+timer's due time: ``nothing_due_before`` looks at the loop's timers.
+
 Only asyncio's own loops (``BaseEventLoop``: the default selector loop, the
-proactor) let us see the run queue, through their private ``_ready`` deque;
-it is read here and nowhere else. Fallback: on a loop without it (uvloop, or
+proactor) let us see the run queue and the timers, through their private
+``_ready`` deque and ``_scheduled`` heap; they are read here and nowhere else. Fallback: on a loop without it (uvloop, or
 any other implementation) the answer is always "something may be ready", so
 every write takes the batched path: still correct and group-committed, one
 loop turn later for a lone write.
@@ -18,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-__all__ = ["nothing_else_ready", "can_see_run_queue"]
+__all__ = ["nothing_else_ready", "nothing_due_before", "can_see_run_queue"]
 
 
 def can_see_run_queue(loop: asyncio.AbstractEventLoop) -> bool:
@@ -35,3 +38,22 @@ def nothing_else_ready(loop: asyncio.AbstractEventLoop, ignore: Any = None) -> b
     if ready is None:
         return False
     return not ready or (ignore is not None and len(ready) == 1 and ready[0] is ignore)
+
+
+def nothing_due_before(loop: asyncio.AbstractEventLoop, deadline: float, ignore: Any = None) -> bool:
+    """True when no live timer of ``loop`` but ``ignore`` (a handle of the
+    caller's own, if any) is due before ``deadline`` (loop time). False when
+    the timers cannot be seen."""
+    scheduled = getattr(loop, "_scheduled", None)  # asyncio's timers (a heap by due time)
+    if scheduled is None:
+        return False
+    if not scheduled:
+        return True
+    earliest = scheduled[0]
+    if earliest is not ignore and not earliest.cancelled():
+        return bool(earliest.when() >= deadline)
+    # The top of the heap is ours or dead (asyncio drops cancelled timers
+    # lazily): look through the rest, rarely more than a few.
+    return all(
+        h.when() >= deadline for h in scheduled if h is not ignore and not h.cancelled()
+    )

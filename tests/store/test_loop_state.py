@@ -11,7 +11,7 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 
-from cairnq.store.loop_state import can_see_run_queue, nothing_else_ready
+from cairnq.store.loop_state import can_see_run_queue, nothing_due_before, nothing_else_ready
 from cairnq.store.sqlite.engine import SqliteEngine
 
 try:
@@ -60,13 +60,40 @@ def test_the_default_loop_shows_its_run_queue() -> None:
     assert not two_queued and not two_queued_other
 
 
+def test_the_default_loop_shows_its_timers() -> None:
+    async def main() -> list[bool]:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        seen = [nothing_due_before(loop, now + 30)]  # only _run's timeout (60 s) is set
+        soon = loop.call_later(0.05, _noop)
+        later = loop.call_later(10, _noop)
+        seen += [
+            nothing_due_before(loop, now + 0.01),  # the first is due after that
+            nothing_due_before(loop, now + 1),  # ... but not after this
+            nothing_due_before(loop, now + 1, soon),  # the caller's own does not count
+            nothing_due_before(loop, now + 11, soon),  # the later one does
+        ]
+        soon.cancel()  # dead, though still in the heap until asyncio drops it
+        seen.append(nothing_due_before(loop, now + 1))
+        later.cancel()
+        return seen
+
+    seen = _run("asyncio", main)
+    assert seen == [True, True, False, True, False, True]
+
+
 def test_uvloop_falls_back_to_always_batching() -> None:
-    async def main() -> tuple[bool, bool, bool]:
+    async def main() -> tuple[bool, bool, bool, bool]:
         loop = asyncio.get_running_loop()
         handle = loop.call_soon(_noop)
-        return can_see_run_queue(loop), nothing_else_ready(loop), nothing_else_ready(loop, handle)
+        return (
+            can_see_run_queue(loop),
+            nothing_else_ready(loop),
+            nothing_else_ready(loop, handle),
+            nothing_due_before(loop, loop.time()),
+        )
 
-    assert _run("uvloop", main) == (False, False, False)
+    assert _run("uvloop", main) == (False, False, False, False)
 
 
 def _engine(path: Path) -> SqliteEngine:
@@ -94,6 +121,58 @@ def test_a_lone_write_commits_inline_on_the_default_loop(tmp_path: Path) -> None
             await engine.drain_and_close()
 
     assert _run("asyncio", main) == (True, 1)
+
+
+def test_a_lone_write_does_not_commit_inline_when_a_timer_falls_due_meanwhile(tmp_path: Path) -> None:
+    """Expected to take longer than the time left before a timer is due, the
+    commit goes to the committer thread (the write suspends); the loop stays
+    free for the timer. With the timer far off, it commits inline again."""
+
+    async def main() -> tuple[bool, bool, int]:
+        loop = asyncio.get_running_loop()
+        engine = _engine(tmp_path / "timer.db")
+        try:
+            for i in range(3):  # the expected commit time is learned from real commits
+                await engine.write("insert into t values (?)", (i,))
+            engine._commit_s = 0.050  # a slow disk (commits > a slice), as far as the engine knows
+            timer = loop.call_later(0.010, _noop)
+            write = engine.write("insert into t values (10)", ())
+            try:
+                write.send(None)
+                suspended_with_timer = True
+            except StopIteration:
+                suspended_with_timer = False
+            else:
+                write.close()
+            timer.cancel()
+            await asyncio.sleep(0.02)
+            write = engine.write("insert into t values (11)", ())
+            try:
+                write.send(None)
+                suspended_without = True
+            except StopIteration:
+                suspended_without = False
+            else:
+                write.close()
+            await asyncio.sleep(0.05)
+            # A fast disk (commits within a slice): inline, timer or not.
+            engine._commit_s = 0.0002
+            timer = loop.call_later(0.010, _noop)
+            write = engine.write("insert into t values (12)", ())
+            try:
+                write.send(None)
+                suspended_fast = True
+            except StopIteration:
+                suspended_fast = False
+            else:
+                write.close()
+            timer.cancel()
+            return suspended_with_timer, suspended_without, suspended_fast
+        finally:
+            await engine.drain_and_close()
+
+    with_timer, without, fast = _run("asyncio", main)
+    assert with_timer and not without and not fast
 
 
 @pytest.mark.parametrize("kind", LOOPS)

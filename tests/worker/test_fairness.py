@@ -12,6 +12,11 @@ after about one).
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 import pytest
@@ -116,3 +121,64 @@ async def test_a_handler_submitting_in_a_loop_keeps_its_lease(backend: Any) -> N
     assert (lost, raised) == ([False], [])
     assert (done.status, done.attempt, done.result) == ("succeeded", 1, n)
     assert (await q.stats("children"))["children"]["queued"] == n
+
+
+# A slow disk. SQLite's fsync blocks the thread that commits; committed inline
+# on the loop, each one would hold every timer back by its whole length. The
+# engine commits inline only when no timer falls due before the commit is
+# expected to be done. The disk is made slow for real: the kernel delays each
+# fsync/fdatasync of the process by SLOW_SYNC_MS (strace's syscall injection;
+# ``.ci/run`` installs strace).
+SLOW_SYNC_MS = 15
+SLOW_DISK_SCRIPT = """
+import asyncio, json, os, sys
+sys.path.insert(0, sys.argv[2])
+from test_fairness import _hog_the_loop
+from cairnq import CairnQ
+
+async def main():
+    q = CairnQ.sqlite(os.path.join(sys.argv[1], "slow.db"))
+    for i in range(10):
+        await q.submit("seed", {"i": i})
+    calls = []
+    async def submit():
+        calls.append(1)
+        await q.submit("more", {"x": 1})
+    kept = await _hog_the_loop(submit)
+    await q.close()
+    print(json.dumps({"kept": kept, "calls": len(calls)}))
+
+asyncio.run(main())
+"""
+
+
+def _strace_can_inject() -> str | None:
+    """Why strace cannot slow a process down here (None: it can)."""
+    if shutil.which("strace") is None:
+        return "strace is not installed"
+    probe = subprocess.run(
+        ["strace", "-qq", "-o", "/dev/null", "-e", "trace=fsync", "-e", "inject=fsync:delay_exit=1",
+         sys.executable, "-c", "import os, tempfile; f = tempfile.TemporaryFile(); os.fsync(f.fileno())"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    return None if probe.returncode == 0 else f"strace cannot trace here: {probe.stderr.strip()}"
+
+
+def test_a_slow_disk_does_not_hold_the_loop_past_a_timer(tmp_path: Path) -> None:
+    why_not = _strace_can_inject()
+    if why_not is not None:
+        pytest.skip(why_not)
+    delay_us = SLOW_SYNC_MS * 1000
+    run = subprocess.run(
+        ["strace", "--seccomp-bpf", "-f", "-qq", "-o", "/dev/null",
+         "-e", "trace=fsync,fdatasync", "-e", f"inject=fsync,fdatasync:delay_exit={delay_us}",
+         sys.executable, "-c", SLOW_DISK_SCRIPT, str(tmp_path), str(Path(__file__).parent)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    # The disk was slow indeed: each submit waited for its sync.
+    assert out["calls"] < HOG_S / (SLOW_SYNC_MS / 1000) * 1.5, out
+    assert out["kept"] >= KEPT, (
+        f"the ticker ran in {out['kept']:.0%} of its windows while submits waited for a slow disk"
+    )

@@ -45,7 +45,11 @@ loop, or anyone else, is handled explicitly:
   the slice began (a timer marker set at its start has not run: the loop has
   not polled), the call yields once with ``asyncio.sleep(0)``. Queued writes
   suspend anyway and are not slowed, so group commits stay whole; a flood of
-  them is flushed in slices too.
+  them is flushed in slices too. On a disk whose commits take longer than a
+  slice on average, a commit is made inline (its fsync holding the loop) only
+  when no timer falls due before it is expected to be done (twice the recent
+  average): otherwise it goes to the committer thread, so a slow disk delays
+  no timer (a heartbeat, a ticker) by a sync.
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 
 from cairnq.errors import StoreClosed
-from cairnq.store.loop_state import nothing_else_ready
+from cairnq.store.loop_state import nothing_due_before, nothing_else_ready
 from cairnq.store.sqlite.file_watch import FileWatch
 from cairnq.store.sqlite.turns import HOLD_NS, WriteTurns
 
@@ -82,6 +86,10 @@ POLL_S = 0.001
 HOLD_S = HOLD_NS / 1e9
 # The longest an inline caller runs before letting the loop poll.
 SLICE_S = 0.001
+# The expected time of a commit (its fsync) starts here and follows the
+# commits measured since, as a moving average of this weight.
+COMMIT_S_START = 0.001
+COMMIT_S_WEIGHT = 0.2
 _monotonic = time.monotonic
 
 
@@ -189,6 +197,7 @@ class SqliteEngine:
         self._loop_polled = True
         self._marker: asyncio.TimerHandle | None = None
         self._slice_task: asyncio.Task[Any] | None = None
+        self._commit_s = COMMIT_S_START  # the moving average of commit times
 
     # -- fairness on the loop --------------------------------------------
 
@@ -217,7 +226,31 @@ class SqliteEngine:
         seen, as in uvloop: see loop_state)."""
         if self._writes or self._flush_handle is not None or self._in_txn:
             return False
-        return nothing_else_ready(loop, self._marker)
+        return self._may_commit_inline(loop)
+
+    def _may_commit_inline(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Nothing else runnable, and no timer due during a commit begun now."""
+        return nothing_else_ready(loop, self._marker) and self._no_timer_due_during_commit(loop)
+
+    def _no_timer_due_during_commit(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """No timer due before a commit begun now is expected to be done (its
+        fsync, holding the loop, would hold the timer back). Commits expected
+        within a fairness slice pass regardless: a hop to the committer thread
+        would cost more than the timer could lose."""
+        commit_s = self._commit_s
+        if commit_s <= SLICE_S:
+            return True
+        return nothing_due_before(loop, loop.time() + 2 * commit_s, self._marker)
+
+    def _commit_took(self, started: float) -> None:
+        """Fold a commit begun at ``started`` into the expected commit time."""
+        self._commit_s += (_monotonic() - started - self._commit_s) * COMMIT_S_WEIGHT
+
+    def _commit_in_thread(self) -> None:
+        """The COMMIT, in the committer thread (timed there)."""
+        started = _monotonic()
+        self.conn.execute("COMMIT")
+        self._commit_took(started)
 
     # -- reads -----------------------------------------------------------
 
@@ -289,6 +322,7 @@ class SqliteEngine:
                 inline = self._may_run_inline(loop)
             turns = self._turns
             if inline and (turns is None or turns.my_turn()):
+                started = _monotonic()
                 try:
                     rows = self.conn.execute(sql, params).fetchall()
                 except sqlite3.OperationalError as exc:
@@ -296,6 +330,7 @@ class SqliteEngine:
                         raise
                     # busy: queue it, the flusher waits for the lock
                 else:
+                    self._commit_took(started)
                     if self._announced:
                         self._got_lock()
                     self._note_commit()
@@ -363,7 +398,9 @@ class SqliteEngine:
             return True
         if not self._may_write_now():
             return self._wait_for_lock(batch, None)
-        if len(batch) == 1:
+        if len(batch) == 1 and (
+            batch[0].alone or self._may_commit_inline(asyncio.get_running_loop())
+        ):
             return self._write_alone(batch[0])
         try:
             self.conn.execute("BEGIN IMMEDIATE")
@@ -423,6 +460,7 @@ class SqliteEngine:
 
     def _write_alone(self, w: _Write) -> bool:
         """One write, as its own autocommit transaction."""
+        started = _monotonic()
         try:
             rows = self.conn.execute(w.sql, w.params).fetchall()
         except Exception as exc:
@@ -431,6 +469,7 @@ class SqliteEngine:
             self._got_lock()
             _settle(w.future, exc=exc)
         else:
+            self._commit_took(started)
             self._got_lock()
             _settle(w.future, rows)
             self._note_commit()
@@ -438,23 +477,25 @@ class SqliteEngine:
 
     def _commit(self, outcomes: list[Outcome]) -> bool:
         loop = asyncio.get_running_loop()
-        if not nothing_else_ready(loop, self._marker):
+        if not self._may_commit_inline(loop):
             # The COMMIT (the fsync) runs in the committer thread, without the
             # GIL, while the loop goes on with the rest of its work.
             try:
-                pending = loop.run_in_executor(self._committer(), self.conn.execute, "COMMIT")
+                pending = loop.run_in_executor(self._committer(), self._commit_in_thread)
             except RuntimeError:  # the committer is shut down (the loop is closing): commit here
                 log.debug("committer unavailable", exc_info=True)
             else:
                 pending.add_done_callback(functools.partial(self._committed, outcomes))
                 return False
-        # Nothing else is runnable: a hop to the committer thread would only
-        # add its wakeup to the fsync. Commit here.
+        # Nothing else is runnable or due: a hop to the committer thread would
+        # only add its wakeup to the fsync. Commit here.
+        started = _monotonic()
         try:
             self.conn.execute("COMMIT")
         except Exception as exc:
             self._commit_refused(outcomes, exc)
         else:
+            self._commit_took(started)
             self._settle_committed(outcomes)
         self._release_gate()
         return self._flush_handle is None

@@ -264,25 +264,28 @@ async def _turns(n: int = 5) -> None:
         await asyncio.sleep(0)
 
 
-async def test_deferred_writes_wait_for_a_claim_to_ride_with(sqlite_backend) -> None:
+async def test_deferred_writes_wait_for_a_claim_to_ride_with(sqlite_backend, monkeypatch) -> None:
+    # A ride that would take a minute: only flush_deferred can end the wait in time.
+    monkeypatch.setattr(engine_module, "DEFER_WINDOW_S", 60.0)
     q = sqlite_backend.client()
     await q.submit("n", {})
     write = _deferred_update(q)
     await _turns()
     assert not write.done()  # held back: a claim may come and commit both at once
     q.store._engine.flush_deferred()  # what a claim loop going to sleep does: no claim is coming
-    await _turns()
-    assert write.done() and _updated(sqlite_backend.target)
+    await asyncio.wait_for(write, 10)  # (its COMMIT may go to the committer thread)
+    assert _updated(sqlite_backend.target)
 
 
-async def test_deferred_writes_go_at_once_while_the_claim_loop_sleeps(sqlite_backend) -> None:
+async def test_deferred_writes_go_at_once_while_the_claim_loop_sleeps(sqlite_backend, monkeypatch) -> None:
     q = sqlite_backend.client()
     await q.submit("n", {})
     sleeper = asyncio.ensure_future(q.store.claim_wake(["default"], 60_000))
     await _turns()
     assert q.store._engine.claims_asleep == 1
+    monkeypatch.setattr(engine_module, "DEFER_WINDOW_S", 60.0)
     write = _deferred_update(q)
-    await _turns()
-    assert write.done() and _updated(sqlite_backend.target)
+    await asyncio.wait_for(write, 10)  # not held back for a ride (a minute)
+    assert _updated(sqlite_backend.target)
     await sleeper  # our own commit is a change: the sleeper wakes
     assert q.store._engine.claims_asleep == 0
