@@ -24,6 +24,7 @@ import pytest
 WINDOW_S = 0.010
 HOG_S = 0.5
 KEPT = 0.9
+TRIES = 3
 
 
 class Ticker:
@@ -64,6 +65,19 @@ async def _hog_the_loop(call: Callable[[], Awaitable[Any]]) -> float:
     return kept
 
 
+async def _best_of_tries(call: Callable[[], Awaitable[Any]]) -> float:
+    """The best share kept over up to TRIES runs of ``_hog_the_loop``. A loop
+    that is not shared loses windows on every run; a host that deschedules
+    the whole process for a moment (other jobs on its cores) costs windows on
+    one run and not the next."""
+    best = 0.0
+    for _ in range(TRIES):
+        best = max(best, await _hog_the_loop(call))
+        if best >= KEPT:
+            break
+    return best
+
+
 @pytest.mark.parametrize("op", ["get", "submit", "list"])
 async def test_a_coroutine_looping_over_store_calls_lets_a_ticker_run(
     backend: Any, op: str
@@ -75,7 +89,7 @@ async def test_a_coroutine_looping_over_store_calls_lets_a_ticker_run(
         "submit": lambda: q.submit("more", {"x": 1}),
         "list": lambda: q.list(limit=20),
     }[op]
-    kept = await _hog_the_loop(call)
+    kept = await _best_of_tries(call)
     assert kept >= KEPT, (
         f"the ticker ran in {kept:.0%} of its windows while another coroutine awaited {op}"
     )
@@ -133,7 +147,7 @@ SLOW_SYNC_MS = 15
 SLOW_DISK_SCRIPT = """
 import asyncio, json, os, sys
 sys.path.insert(0, sys.argv[2])
-from test_fairness import _hog_the_loop
+from test_fairness import _best_of_tries
 from cairnq import CairnQ
 
 async def main():
@@ -144,7 +158,7 @@ async def main():
     async def submit():
         calls.append(1)
         await q.submit("more", {"x": 1})
-    kept = await _hog_the_loop(submit)
+    kept = await _best_of_tries(submit)
     await q.close()
     print(json.dumps({"kept": kept, "calls": len(calls)}))
 
@@ -178,7 +192,7 @@ def test_a_slow_disk_does_not_hold_the_loop_past_a_timer(tmp_path: Path) -> None
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout.strip().splitlines()[-1])
     # The disk was slow indeed: each submit waited for its sync.
-    assert out["calls"] < HOG_S / (SLOW_SYNC_MS / 1000) * 1.5, out
+    assert out["calls"] < TRIES * HOG_S / (SLOW_SYNC_MS / 1000) * 1.5, out
     assert out["kept"] >= KEPT, (
         f"the ticker ran in {out['kept']:.0%} of its windows while submits waited for a slow disk"
     )
