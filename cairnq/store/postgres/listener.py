@@ -4,8 +4,13 @@
 raised by the 0003 trigger for every writer, whatever its SDK (the queued
 ones also go to ``fleet``: which idle worker of a fleet they wake). Notifications
 only shorten sleeps; correctness never depends on them. The connection is
-started in the background and re-established with backoff (1 s doubling to
-30 s) when it drops; an executor that can never LISTEN (no ``listen``, or
+started by the first wait that needs it, and listens only to the channels
+some wait needs: a store that only submits listens to nothing (every submit
+raises ``cairnq_queued``, which a listening session would have to take in:
+a third of a sequential submit's throughput), and one that only waits for
+results does not hear of new work. A new need starts the session over with
+the channel added. It runs in the background and is re-established with
+backoff (1 s doubling to 30 s) when it drops; an executor that can never LISTEN (no ``listen``, or
 ``ListenUnavailable``) leaves the store a plain poller.
 """
 
@@ -57,6 +62,8 @@ class Listener:
         self._subscribers: list[Callable[[str, Optional[str]], None]] = []
         self.fleet = Fleet()
         self._fleet_channel: Optional[str] = None  # see listen_fleet
+        self._wanted: set[str] = set()  # of QUEUED_CHANNEL, DONE_CHANNEL: what waits need
+        self._session_channels: set[str] = set()  # what the live (or starting) session listens to
 
     @property
     def connected(self) -> bool:
@@ -88,6 +95,26 @@ class Listener:
         if channel == self._fleet_channel:
             return
         self._fleet_channel = channel
+        self._restart()
+
+    def want(self, *channels: str) -> None:
+        """Listen to ``channels`` from now on (of QUEUED_CHANNEL and
+        DONE_CHANNEL): starts the session, or starts it over with them added."""
+        if self._wanted.issuperset(channels):
+            if not self._connected:
+                self.start()  # (no-op while it connects)
+            return
+        self._wanted.update(channels)
+        if self._task is not None and not self._task.done():
+            return  # still connecting: it reads the wanted channels once connected
+        if self._stop is not None:
+            self._restart()
+        else:
+            self.start()
+
+    def _restart(self) -> None:
+        """Start the listening session over (its channels changed). Waits
+        begun meanwhile end once it is back (see ``_wait``)."""
         if self._stop is not None:
             self._stop()
             self._stop = None
@@ -95,6 +122,7 @@ class Listener:
             self.start()
 
     def subscribe(self, callback: Callable[[str, Optional[str]], None]) -> Callable[[], None]:
+        self.want(QUEUED_CHANNEL, DONE_CHANNEL)
         self._subscribers.append(callback)
         return lambda: self._subscribers.remove(callback) if callback in self._subscribers else None
 
@@ -102,10 +130,17 @@ class Listener:
         while not self._closed:
             try:
                 assert self._listen is not None
-                channels = [QUEUED_CHANNEL, DONE_CHANNEL]
+                wanted = [c for c in (QUEUED_CHANNEL, DONE_CHANNEL) if c in self._wanted]
+                channels = wanted or [QUEUED_CHANNEL, DONE_CHANNEL]  # started with no need named
                 if self._fleet_channel is not None:
                     channels.append(self._fleet_channel)  # last: the session's last command
+                self._session_channels = set(channels)
                 self._stop = await self._listen(channels, self._on_notify, self._on_close)
+                if not self._session_channels.issuperset(self._wanted):
+                    # A need came while this session was connecting: once more, with it.
+                    self._stop()
+                    self._stop = None
+                    continue
             except ListenUnavailable as exc:
                 log.info("LISTEN unavailable, polling only: %s", exc)
                 self._disabled = True
@@ -171,6 +206,7 @@ class Listener:
         timeout (or when the listener went down)."""
         queues = list(queues)
         self._queues.update(queues)
+        self.want(QUEUED_CHANNEL)
         # A notification that arrived between polls counts: consume it now.
         if any(q in self._pending_queues for q in queues):
             self._pending_queues.difference_update(queues)
@@ -182,6 +218,7 @@ class Listener:
     async def wait_done(self, task_id: str, timeout_s: float) -> bool:
         """True when told the task finished (also when told shortly before
         this wait began); False after the timeout."""
+        self.want(DONE_CHANNEL)
         recent = self._recent_done
         if task_id in recent:  # checked and registered in one step of the loop
             del recent[task_id]

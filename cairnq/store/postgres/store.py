@@ -129,8 +129,8 @@ class PostgresStore(TaskStore):
                 raise
             self._rows = _rows_of(executor)
             self._writes = PgWriteBatcher(executor, self._rows)
+            # Started by the first wait that needs it (see listener.py).
             self._listener = Listener(executor, self._dsn_for_listen())
-            self._listener.start()
             self._executor = executor
         self._start_sweeper()
         return executor

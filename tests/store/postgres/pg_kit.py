@@ -21,6 +21,8 @@ if "postgres" not in DIALECTS:
 
 import psycopg  # noqa: E402
 
+from cairnq.store.postgres.listener import DONE_CHANNEL, QUEUED_CHANNEL  # noqa: E402
+
 LEDGER = [
     "0001_init.sql", "0002_purge_index.sql", "0003_notify.sql", "0004_lease_index.sql",
     "0005_clear_terminal_lease.sql", "0006_claim_name_index.sql", "0007_purge_status_index.sql",
@@ -138,8 +140,12 @@ async def until(
 
 
 async def listening(store: PostgresStore, timeout_s: float = 5.0) -> None:
-    """Connect and poll a bit until the store's LISTEN connection is up."""
+    """Connect, start the store's LISTEN connection on both channels (waits
+    start it on their own, on the channels they need), and poll a bit until
+    it is up."""
     await store.connect()
+    assert store._listener is not None
+    store._listener.want(QUEUED_CHANNEL, DONE_CHANNEL)
     await until(
         lambda: store._listener is not None and store._listener.connected, timeout_s, "listener"
     )

@@ -242,12 +242,36 @@ async def test_a_wait_begun_before_the_listening_session_is_up_ends_when_it_is(p
     assert store._listener is not None and not store._listener.connected
     assert await store.claim_wake(["q"], 5000) is False
     assert store._listener.connected, "the wait ended before a session listened"
-    took = await timed(store.task_done_wake("task_nobody", 5000))
-    assert took > 4.5  # connected now: a real wait, which nothing ends
+    took = await timed(store.claim_wake(["q"], 3000))
+    assert took > 2.5  # connected now: a real wait, which nothing ends
 
     fresh = pg.store()
     await fresh.connect()
     assert await timed(fresh.task_done_wake("task_nobody", 5000)) < 2.5
+
+
+async def test_a_store_listens_only_to_what_its_waits_need(pg):
+    """No listening session for a store that only submits (each submit raises
+    cairnq_queued, which a session would have to take in); a result wait
+    starts one on cairnq_done only; a claim wait adds cairnq_queued."""
+    dsn = pg.target
+    store = PostgresStore(f"{dsn}?application_name=cq_lazy")
+    pg._stores.append(store)  # closed with the backend
+    for i in range(5):
+        await store.submit(name="s", payload={"i": i})
+    await asyncio.sleep(0.3)
+    assert listener_pids(dsn, "cq_lazy") == []
+    task = await store.submit(name="s")
+    assert await store.task_done_wake(task.id, 5000) is False  # ended when the session came up
+    assert store._listener._session_channels == {"cairnq_done"}
+    await store.claim_wake(["q"], 5000)  # starts it over with cairnq_queued added
+    await until(lambda: store._listener.connected, 5, "listener back")
+    assert store._listener._session_channels == {"cairnq_done", "cairnq_queued"}
+    other = pg.store()
+    wait = asyncio.ensure_future(store.claim_wake(["q"], 5000))
+    await asyncio.sleep(0.05)
+    await other.submit(name="w", queue="q")
+    assert await asyncio.wait_for(wait, 2) is True  # told
 
 
 async def test_a_worker_whose_first_idle_wait_began_before_listening_claims_at_once(pg):
