@@ -77,7 +77,7 @@ class Scheduler:
     def ensure_new(self, schedule_id: str) -> None:
         if schedule_id in self._periodics:
             raise ValueError(
-                f"periodic: a schedule {periodic.id!r} is already declared; give the "
+                f"periodic: a schedule {schedule_id!r} is already declared; give the "
                 "second schedule of one task name its own id=..."
             )
 
