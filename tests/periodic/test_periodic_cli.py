@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -93,3 +98,50 @@ def test_schedules_empty_and_missing_file(tmp_path: Any, capsys: Any) -> None:
     assert (code, json.loads(out)) == (0, [])
     code, out, err = cli(capsys, "schedules", "--db", str(tmp_path / "absent.db"))
     assert code == 3 and "no such file" in err
+
+
+SETUP = """
+from datetime import timedelta
+
+async def beat(ctx, payload):
+    return payload
+
+def setup(worker):
+    worker.register("beat", beat, periodic=timedelta(milliseconds=500))
+"""
+
+
+def _cairnq(tmp_path: Any, *argv: str, wait: bool = True) -> Any:
+    env = {k: v for k, v in os.environ.items() if k != "CAIRNQ_DB"}
+    command = [sys.executable, "-m", "cairnq", *argv]
+    if wait:
+        return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+
+
+def test_the_worker_command_runs_schedules(backend: Any, tmp_path: Any) -> None:
+    """`cairnq worker module:setup` runs the schedules the setup declares,
+    and `cairnq schedules` (a separate process) shows them."""
+    (tmp_path / "app.py").write_text(SETUP)
+    db = backend.target
+    assert _cairnq(tmp_path, "--db", db, "migrate").returncode == 0
+    proc = _cairnq(tmp_path, "--db", db, "worker", "app:setup", "--poll-interval-ms", "50", wait=False)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            listed = _cairnq(tmp_path, "--db", db, "schedules", "--json")
+            assert listed.returncode == 0, listed.stderr
+            rows = json.loads(listed.stdout)
+            if rows and rows[0]["last_status"] == "succeeded":
+                break
+            assert time.monotonic() < deadline and proc.poll() is None, (rows, proc.poll())
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    [row] = rows
+    assert (row["schedule"], row["task"], row["cron"], row["timezone"]) == ("beat", "beat", "every 500ms", "UTC")
+    assert parse_instant(row["next_fire"]) % 500 == 0
