@@ -241,3 +241,24 @@ def test_declaration_metadata_and_key() -> None:
     # A ":" in a schedule id never makes its keys look like another schedule's.
     assert fire_key("a:1", fire) == "cairnq.periodic:a%3A1:2026-01-02T02:00:00.000Z"
     assert fire_key("a%3A1", fire) == "cairnq.periodic:a%253A1:2026-01-02T02:00:00.000Z"
+
+
+def test_cronsim_is_imported_only_for_a_cron_string(tmp_path: Any) -> None:
+    """Nothing is paid unused: no cronsim for a worker with no schedule or an
+    interval one; the first cron string imports it."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+from datetime import timedelta
+from cairnq import Worker
+worker = Worker.sqlite({str(tmp_path / "q.db")!r})
+assert "cronsim" not in sys.modules and "cairnq.periodic" not in sys.modules
+worker.periodic(timedelta(seconds=1), "tick")
+assert "cronsim" not in sys.modules
+worker.periodic("* * * * *", "minute")
+assert "cronsim" in sys.modules
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
