@@ -54,10 +54,17 @@ def wall_ms() -> int:
 class Scheduler:
     """Runs the declared schedules against ``store`` (a ``TaskStore``)."""
 
-    def __init__(self, store: Any, report: Report, clock: Callable[[], int] = wall_ms) -> None:
+    def __init__(
+        self,
+        store: Any,
+        report: Report,
+        clock: Callable[[], int] = wall_ms,
+        max_sleep_s: float = MAX_SLEEP_S,
+    ) -> None:
         self._store = store
         self._report = report
         self._clock = clock
+        self._max_sleep_s = max_sleep_s
         self._periodics: dict[str, Periodic] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._running = False
@@ -121,7 +128,7 @@ class Scheduler:
             delay_s = (target_ms - self._clock()) / 1000
             if delay_s <= 0:
                 return
-            await asyncio.sleep(min(delay_s, MAX_SLEEP_S))
+            await asyncio.sleep(min(delay_s, self._max_sleep_s))
 
     async def start_cursor(self, periodic: Periodic, now_ms: int) -> int:
         """Where a starting scheduler takes up ``periodic``: its newest fire

@@ -215,3 +215,33 @@ def test_declaring_on_a_worker_checks_at_once(tmp_path: Any) -> None:
     assert [p.id for p in worker._scheduler.periodics] == [  # type: ignore[union-attr]
         "report.nightly", "report.nightly@4", "z",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("mode, expected", [("latest", [T0 + HOUR]), ("none", []), ("all", None)])
+async def test_waking_after_a_pause_catches_up(backend: Any, mode: str, expected: Any) -> None:
+    """The running loop, not just its parts: a per-minute schedule sleeps,
+    the wall clock jumps an hour (a suspended laptop: the loop's timer knew
+    nothing of it), and on waking the missed fires follow catch_up."""
+    store = backend.store()
+    await store.connect()
+    now = [T0 + 10_000]
+    errors: list[Any] = []
+    scheduler = Scheduler(store, noted(errors), clock=lambda: now[0], max_sleep_s=0.02)
+    p = declare("* * * * *", "job", catch_up=mode)
+    assert await scheduler.submit(p, T0)  # fired before the pause
+    scheduler.add(p)
+    scheduler.start()
+    try:
+        await asyncio.sleep(0.1)  # started: T0 recorded, nothing due yet
+        assert await fire_times(store, "job") == [instant_text(T0)]
+        now[0] = T0 + HOUR + 30_000
+        want = [T0 + MINUTE * i for i in range(1, 61)] if expected is None else expected
+        for _ in range(200):
+            if len(await fire_times(store, "job")) == 1 + len(want):
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)  # and nothing more comes
+    finally:
+        await scheduler.stop()
+    assert not errors, errors
+    assert await fire_times(store, "job") == [instant_text(f) for f in [T0, *want]]
