@@ -50,7 +50,8 @@ def main(library: str) -> int:
             days = [m.astimezone(zone).date() for m in got]
             doubled += len(set(days)) < len(days)
             shown = ", ".join(
-                f"{m.astimezone(zone):%m-%d %H:%M%z} ({m.astimezone(timezone.utc):%H:%MZ})" for m in got
+                f"{m.astimezone(zone):%m-%d %H:%M%z} ({m.astimezone(timezone.utc):%H:%MZ})"
+                for m in got
             )
             print(f"{library:8} {zone_name:20} {what:7} {expr:11} {shown}")
     print(f"{library}: {'a fire doubled' if doubled else 'one fire per day'}")

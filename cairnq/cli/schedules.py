@@ -95,10 +95,15 @@ def run(args: argparse.Namespace) -> int:
         headers,
         [
             (
-                r["schedule"], r["task"], r["queue"], r["cron"] or "-", r["timezone"] or "-",
-                _local(r["next_fire"], r["timezone"]), _local(r["last_fire"], r["timezone"]),
+                r["schedule"],
+                r["task"],
+                r["queue"],
+                r["cron"] or "-",
+                r["timezone"] or "-",
+                _local(r["next_fire"], r["timezone"]),
+                _local(r["last_fire"], r["timezone"]),
                 r["last_status"],
-            )  # fmt: skip
+            )
             for r in rows
         ],
     )

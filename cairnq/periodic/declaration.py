@@ -106,12 +106,16 @@ def declare(
     _check_int("priority", priority)
     _check_int("max_attempts", max_attempts, 1)
     if catch_up not in CATCH_UP:
-        raise ValueError(f"periodic: catch_up must be one of {', '.join(CATCH_UP)}; got {catch_up!r}")
+        raise ValueError(
+            f"periodic: catch_up must be one of {', '.join(CATCH_UP)}; got {catch_up!r}"
+        )
     if metadata is not None:
         if not isinstance(metadata, dict):
             raise TypeError(f"periodic: metadata must be a dict, got {type(metadata).__name__}")
         if METADATA_KEY in metadata:
-            raise ValueError(f"periodic: metadata key {METADATA_KEY!r} is reserved for the schedule")
+            raise ValueError(
+                f"periodic: metadata key {METADATA_KEY!r} is reserved for the schedule"
+            )
     for what, value in (("payload", payload), ("metadata", metadata)):
         try:
             orjson.dumps(value)

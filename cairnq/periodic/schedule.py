@@ -161,7 +161,9 @@ def _check_zone(name: Any) -> str:
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise ValueError(f"periodic: unknown time zone {name!r} (an IANA name such as 'Europe/Berlin')") from exc
+        raise ValueError(
+            f"periodic: unknown time zone {name!r} (an IANA name such as 'Europe/Berlin')"
+        ) from exc
     return name
 
 

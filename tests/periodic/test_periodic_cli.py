@@ -115,7 +115,9 @@ def _cairnq(tmp_path: Any, *argv: str, wait: bool = True) -> Any:
     env = {k: v for k, v in os.environ.items() if k != "CAIRNQ_DB"}
     command = [sys.executable, "-m", "cairnq", *argv]
     if wait:
-        return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+        return subprocess.run(
+            command, cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env
+        )
     return subprocess.Popen(
         command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
@@ -127,7 +129,9 @@ def test_the_worker_command_runs_schedules(backend: Any, tmp_path: Any) -> None:
     (tmp_path / "app.py").write_text(SETUP)
     db = backend.target
     assert _cairnq(tmp_path, "--db", db, "migrate").returncode == 0
-    proc = _cairnq(tmp_path, "--db", db, "worker", "app:setup", "--poll-interval-ms", "50", wait=False)
+    proc = _cairnq(
+        tmp_path, "--db", db, "worker", "app:setup", "--poll-interval-ms", "50", wait=False
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -143,5 +147,10 @@ def test_the_worker_command_runs_schedules(backend: Any, tmp_path: Any) -> None:
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     [row] = rows
-    assert (row["schedule"], row["task"], row["cron"], row["timezone"]) == ("beat", "beat", "every 500ms", "UTC")
+    assert (row["schedule"], row["task"], row["cron"], row["timezone"]) == (
+        "beat",
+        "beat",
+        "every 500ms",
+        "UTC",
+    )
     assert parse_instant(row["next_fire"]) % 500 == 0

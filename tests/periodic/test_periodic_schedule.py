@@ -66,11 +66,20 @@ def test_cron_day_fields_and_aliases() -> None:
     assert walk("0 0 * * MON-FRI", "UTC", "2026-01-01T00:00:00Z", 3) == [
         "01-02 00:00 +0000", "01-05 00:00 +0000", "01-06 00:00 +0000",
     ]  # fmt: skip
-    assert walk("@weekly", "UTC", "2026-01-01T00:00:00Z", 2) == ["01-04 00:00 +0000", "01-11 00:00 +0000"]
-    assert walk("@monthly", "UTC", "2026-01-15T00:00:00Z", 2) == ["02-01 00:00 +0000", "03-01 00:00 +0000"]
+    assert walk("@weekly", "UTC", "2026-01-01T00:00:00Z", 2) == [
+        "01-04 00:00 +0000",
+        "01-11 00:00 +0000",
+    ]
+    assert walk("@monthly", "UTC", "2026-01-15T00:00:00Z", 2) == [
+        "02-01 00:00 +0000",
+        "03-01 00:00 +0000",
+    ]
     assert walk("@yearly", "UTC", "2026-06-01T00:00:00Z", 1) == ["01-01 00:00 +0000"]
     assert walk("@annually", "UTC", "2026-06-01T00:00:00Z", 1) == ["01-01 00:00 +0000"]
-    assert walk("0 12 31 * *", "UTC", "2026-04-01T00:00:00Z", 2) == ["05-31 12:00 +0000", "07-31 12:00 +0000"]
+    assert walk("0 12 31 * *", "UTC", "2026-04-01T00:00:00Z", 2) == [
+        "05-31 12:00 +0000",
+        "07-31 12:00 +0000",
+    ]
 
 
 def test_cron_in_a_zone_fires_at_local_wall_time() -> None:
@@ -171,7 +180,10 @@ def test_dst_wildcard_hours_follow_real_time(
     real minutes apart (none skipped, none repeated)."""
     for day in (spring, fall):
         zone = ZoneInfo(tz)
-        start = int((datetime.fromisoformat(day).replace(tzinfo=zone) - timedelta(hours=2)).timestamp() * 1000)
+        start = int(
+            (datetime.fromisoformat(day).replace(tzinfo=zone) - timedelta(hours=2)).timestamp()
+            * 1000
+        )
         got = parse_schedule("*/15 * * * *", tz).fires_between(start, start + 8 * 3_600_000, 1000)
         gaps = {b - a for a, b in zip(got, got[1:])}
         assert gaps == {15 * 60_000}, (day, gaps)
@@ -201,13 +213,23 @@ def test_dst_overlap_started_inside_the_overlap_does_not_fire_again() -> None:
         (("61 * * * *", "t"), {}, ValueError, "bad cron '61 * * * *': Bad minute"),
         (("0 0 30 2 *", "t"), {}, ValueError, "Bad day-of-month"),
         (("@fortnightly", "t"), {}, ValueError, "unknown cron alias '@fortnightly'"),
-        (("0 3 * * *", "t"), {"timezone": "Mars/Olympus"}, ValueError, "unknown time zone 'Mars/Olympus'"),
+        (
+            ("0 3 * * *", "t"),
+            {"timezone": "Mars/Olympus"},
+            ValueError,
+            "unknown time zone 'Mars/Olympus'",
+        ),
         (("0 3 * * *", "t"), {"timezone": 3}, TypeError, "timezone must be an IANA zone name"),
         ((timedelta(0), "t"), {}, ValueError, "interval must be positive"),
         ((timedelta(seconds=-1), "t"), {}, ValueError, "interval must be positive"),
         ((timedelta(microseconds=1500), "t"), {}, ValueError, "whole milliseconds"),
         ((60, "t"), {}, TypeError, "schedule must be a cron string"),
-        (("0 3 * * *", "t"), {"catch_up": "some"}, ValueError, "catch_up must be one of latest, none, all"),
+        (
+            ("0 3 * * *", "t"),
+            {"catch_up": "some"},
+            ValueError,
+            "catch_up must be one of latest, none, all",
+        ),
         (("0 3 * * *", ""), {}, ValueError, "name must be a non-empty string"),
         (("0 3 * * *", 7), {}, TypeError, "name must be a str"),
         (("0 3 * * *", "t"), {"id": ""}, ValueError, "id must be a non-empty string"),
@@ -228,7 +250,9 @@ def test_bad_declarations_say_what_is_wrong(
 
 
 def test_declaration_metadata_and_key() -> None:
-    p = declare("0 3 * * *", "report.nightly", {"x": 1}, timezone="Europe/Berlin", metadata={"team": "ops"})
+    p = declare(
+        "0 3 * * *", "report.nightly", {"x": 1}, timezone="Europe/Berlin", metadata={"team": "ops"}
+    )
     fire = ms("2026-01-02T02:00:00Z")
     assert p.metadata_for(fire) == {
         "team": "ops",
@@ -237,7 +261,10 @@ def test_declaration_metadata_and_key() -> None:
             "fire_at": "2026-01-02T02:00:00.000Z", "catch_up": "latest",
         },
     }  # fmt: skip
-    assert fire_key("report.nightly", fire) == "cairnq.periodic:report.nightly:2026-01-02T02:00:00.000Z"
+    assert (
+        fire_key("report.nightly", fire)
+        == "cairnq.periodic:report.nightly:2026-01-02T02:00:00.000Z"
+    )
     # A ":" in a schedule id never makes its keys look like another schedule's.
     assert fire_key("a:1", fire) == "cairnq.periodic:a%3A1:2026-01-02T02:00:00.000Z"
     assert fire_key("a%3A1", fire) == "cairnq.periodic:a%253A1:2026-01-02T02:00:00.000Z"

@@ -135,7 +135,9 @@ async def test_concurrent_schedulers_enqueue_each_instant_once(backend: Any) -> 
         await stores[0].complete(task_id=task.id, worker_id="w", result=None)
     again = await asyncio.gather(*(s.submit(p, f) for f in instants for s in schedulers))
     assert sum(again) == 0
-    assert Counter(await fire_times(stores[0], "tick")) == Counter(instant_text(f) for f in instants)
+    assert Counter(await fire_times(stores[0], "tick")) == Counter(
+        instant_text(f) for f in instants
+    )
 
 
 async def test_a_worker_runs_its_schedules(backend: Any) -> None:
@@ -174,7 +176,10 @@ async def test_scheduler_errors_are_reported_and_survived(backend: Any) -> None:
     await client.submit("blocker", queue="full")
     errors: list[tuple[BaseException, dict[str, Any]]] = []
     worker = backend.worker(
-        on_error=noted(errors), max_queue_depth={"full": 1}, max_queue_wait_ms=1, poll_interval_ms=50
+        on_error=noted(errors),
+        max_queue_depth={"full": 1},
+        max_queue_wait_ms=1,
+        poll_interval_ms=50,
     )
     ran: list[str] = []
 
@@ -191,8 +196,12 @@ async def test_scheduler_errors_are_reported_and_survived(backend: Any) -> None:
     assert len(ran) >= 3
     assert errors and all(isinstance(e, QueueFull) for e, _ in errors)
     assert all(info == {"phase": "periodic", "schedule": "never"} for _, info in errors)
-    assert await client.stats("full") == {"full": {**dict.fromkeys(
-        ("queued", "running", "succeeded", "failed", "canceled"), 0), "queued": 1}}
+    assert await client.stats("full") == {
+        "full": {
+            **dict.fromkeys(("queued", "running", "succeeded", "failed", "canceled"), 0),
+            "queued": 1,
+        }
+    }
 
 
 def test_declaring_on_a_worker_checks_at_once(tmp_path: Any) -> None:

@@ -8,7 +8,18 @@ import pytest
 
 from cairnq.periodic import Scheduler, declare, parse_instant
 
-ODD_KEYS = ["plain", "it's", 'say "hi"', "a:b :limit", "x--y", "/* c */", "ключ", "%_", "back\\slash", ""]
+ODD_KEYS = [
+    "plain",
+    "it's",
+    'say "hi"',
+    "a:b :limit",
+    "x--y",
+    "/* c */",
+    "ключ",
+    "%_",
+    "back\\slash",
+    "",
+]
 
 
 async def test_existing_keys(backend: Any) -> None:
@@ -39,5 +50,8 @@ async def test_periodic_latest_is_the_newest_fire_of_each_schedule(backend: Any)
     await store.submit(name="job", metadata={"other": 1})
     await store.submit(name="job", metadata={"cairnq.periodic": "not an object"})
     latest = await store.periodic_latest()
-    got = [(t.metadata["cairnq.periodic"]["schedule"], t.metadata["cairnq.periodic"]["fire_at"]) for t in latest]
+    got = [
+        (t.metadata["cairnq.periodic"]["schedule"], t.metadata["cairnq.periodic"]["fire_at"])
+        for t in latest
+    ]
     assert got == [("a", "2026-01-01T03:00:00.000Z"), ("b", "2026-01-01T00:00:00.000Z")]
