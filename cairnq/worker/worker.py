@@ -18,9 +18,9 @@ import logging
 import sys
 import time
 from collections import Counter
+from datetime import timedelta
 from functools import partial
 from operator import attrgetter
-from datetime import timedelta
 from typing import (
     TYPE_CHECKING, Any, AsyncContextManager, Callable, Optional, Sequence, TypeVar, Union, overload,
 )  # fmt: skip
