@@ -321,7 +321,9 @@ class Worker:
         """Register (or replace) the handler for ``name``; allowed while running.
         ``periodic=``: see ``task``."""
         if periodic is None:
-            self._registry.register(name, fn, batch=batch, resource=resource, concurrency=concurrency)
+            self._registry.register(
+                name, fn, batch=batch, resource=resource, concurrency=concurrency
+            )
             return
         from cairnq.periodic.declaration import declare
 
