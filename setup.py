@@ -64,6 +64,7 @@ setup(
         "cairnq.store.postgres",
         "cairnq.store.ops",
         "cairnq.worker",
+        "cairnq.periodic",
         "cairnq.cli",
         "cairnq._speedups",
         "cairnq._protocol",

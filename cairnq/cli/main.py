@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from cairnq.cli import demo, migrate, tasks, top, worker
+from cairnq.cli import demo, migrate, schedules, tasks, top, worker
 from cairnq.cli.common import (
     ENV_DB,
     EXIT_DATABASE,
@@ -97,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_parsers(commands, common)
     migrate.add_parser(commands, common)
     top.add_parser(commands, common)
+    schedules.add_parser(commands, common)
     demo.add_parser(commands)
     return parser
 

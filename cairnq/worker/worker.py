@@ -18,9 +18,12 @@ import logging
 import sys
 import time
 from collections import Counter
+from datetime import timedelta
 from functools import partial
 from operator import attrgetter
-from typing import Any, AsyncContextManager, Callable, Optional, Sequence, TypeVar, Union, overload
+from typing import (
+    TYPE_CHECKING, Any, AsyncContextManager, Callable, Optional, Sequence, TypeVar, Union, overload,
+)  # fmt: skip
 
 from cairnq._backoff import DEFAULT_RETRY_BACKOFF_MAX_MS, DEFAULT_RETRY_BACKOFF_MS
 from cairnq._ids import new_id
@@ -46,6 +49,9 @@ from cairnq.worker.heartbeat import Heartbeats
 from cairnq.worker.registry import Handler, Registry
 from cairnq.worker.store_port import StorePort
 
+if TYPE_CHECKING:
+    from cairnq.periodic.scheduler import Scheduler
+
 log = logging.getLogger("cairnq.worker")
 
 __all__ = ["Worker", "OnError", "CLAIM_ERROR_BACKOFF_S"]
@@ -53,6 +59,7 @@ __all__ = ["Worker", "OnError", "CLAIM_ERROR_BACKOFF_S"]
 OnError = Callable[[BaseException, dict[str, Any]], None]
 CLAIM_ERROR_BACKOFF_S = 0.25
 F = TypeVar("F", bound=Callable[..., Any])
+PeriodicSchedule = Union[str, timedelta]
 _CLAIMED = events.channel("task.claimed")
 _task_id = attrgetter("id")
 # asyncio.Task(..., eager_start=True) where it exists (3.12+): the task runs
@@ -155,6 +162,8 @@ class Worker:
         self._heartbeat_interval_ms = heartbeat_interval_ms or max(50, lease_ms // 3)
         self._worker_id = new_id("worker")
         self._owns_store = False  # set by the factories that build the store
+        self._scheduler: Optional["Scheduler"] = None  # made by the first periodic()
+        self._scheduling = False  # run() has started the schedules
 
         self._wire(Registry(capacities), claim_batch)
         self._init_run_state()
@@ -243,6 +252,7 @@ class Worker:
         batch: Optional[int] = None,
         resource: Optional[str] = None,
         concurrency: Optional[int] = None,
+        periodic: Optional[PeriodicSchedule] = None,
     ) -> F: ...
 
     @overload
@@ -253,6 +263,7 @@ class Worker:
         batch: Optional[int] = None,
         resource: Optional[str] = None,
         concurrency: Optional[int] = None,
+        periodic: Optional[PeriodicSchedule] = None,
     ) -> Callable[[F], F]: ...
 
     def task(
@@ -262,19 +273,27 @@ class Worker:
         batch: Optional[int] = None,
         resource: Optional[str] = None,
         concurrency: Optional[int] = None,
+        periodic: Optional[PeriodicSchedule] = None,
     ) -> Any:
         """Register a handler: ``@worker.task``, ``@worker.task("name")``,
         ``@worker.task(task_def)``, ``@worker.task(batch=64)``, ... Returns the
-        function itself."""
+        function itself. ``periodic=`` (a cron string or a timedelta) also
+        enqueues the task on that schedule, as ``periodic()`` with its defaults."""
         if callable(name) and not isinstance(name, (str, TaskDef)):
             fn = name
-            self.register(self._name_of(fn), fn, batch=batch, resource=resource, concurrency=concurrency)
+            self.register(
+                self._name_of(fn), fn,
+                batch=batch, resource=resource, concurrency=concurrency, periodic=periodic,
+            )  # fmt: skip
             return fn
         explicit = name.name if isinstance(name, TaskDef) else name
 
         def decorate(fn: Handler) -> Handler:
             task_name = explicit if explicit is not None else self._name_of(fn)
-            self.register(task_name, fn, batch=batch, resource=resource, concurrency=concurrency)
+            self.register(
+                task_name, fn,
+                batch=batch, resource=resource, concurrency=concurrency, periodic=periodic,
+            )  # fmt: skip
             return fn
 
         return decorate
@@ -297,9 +316,62 @@ class Worker:
         batch: Optional[int] = None,
         resource: Optional[str] = None,
         concurrency: Optional[int] = None,
+        periodic: Optional[PeriodicSchedule] = None,
     ) -> None:
-        """Register (or replace) the handler for ``name``; allowed while running."""
+        """Register (or replace) the handler for ``name``; allowed while running.
+        ``periodic=``: see ``task``."""
+        if periodic is None:
+            self._registry.register(
+                name, fn, batch=batch, resource=resource, concurrency=concurrency
+            )
+            return
+        from cairnq.periodic.declaration import declare
+
+        declared = declare(periodic, name)  # checked before anything changes
+        scheduler = self._periodic_scheduler()
+        scheduler.ensure_new(declared.id)
         self._registry.register(name, fn, batch=batch, resource=resource, concurrency=concurrency)
+        scheduler.add(declared)
+
+    def periodic(
+        self,
+        schedule: PeriodicSchedule,
+        name: Union[str, TaskDef[Any, Any]],
+        payload: Any = None,
+        *,
+        queue: str = "default",
+        timezone: str = "UTC",
+        priority: int = 0,
+        max_attempts: int = 3,
+        metadata: Optional[dict[str, Any]] = None,
+        catch_up: str = "latest",
+        id: Optional[str] = None,
+    ) -> None:
+        """Enqueue ``name`` on ``schedule`` while this worker runs: a cron
+        string (five fields or @hourly/@daily/..., in ``timezone``) or a
+        ``timedelta`` (fires at its multiples since the Unix epoch). Every
+        worker that declares the schedule runs it; each fire instant becomes
+        exactly one task (keyed by schedule and instant). ``catch_up``:
+        ``latest``, ``none`` or ``all`` fires missed while no worker ran.
+        ``id`` names the schedule (default: the task name; give one to each
+        further schedule of the same name). See ``cairnq/periodic/``."""
+        from cairnq.periodic.declaration import declare
+
+        declared = declare(
+            schedule, name.name if isinstance(name, TaskDef) else name, payload,
+            id=id, queue=queue, timezone=timezone, priority=priority,
+            max_attempts=max_attempts, metadata=metadata, catch_up=catch_up,
+        )  # fmt: skip
+        self._periodic_scheduler().add(declared)
+
+    def _periodic_scheduler(self) -> "Scheduler":
+        if self._scheduler is None:
+            from cairnq.periodic.scheduler import Scheduler
+
+            self._scheduler = Scheduler(self._store, self._report)
+            if self._scheduling:
+                self._scheduler.start()  # the first schedule declared while running
+        return self._scheduler
 
     # -- running ------------------------------------------------------------------
 
@@ -326,8 +398,14 @@ class Worker:
         unsubscribe = self._port.subscribe_survived(lambda exc: self._report(exc, {"phase": "store"}))
         try:
             await self._store.connect()
+            self._scheduling = True
+            if self._scheduler is not None:
+                self._scheduler.start()  # beside the claim loop, until it ends
             await self._poll_loop(limit)
         finally:
+            self._scheduling = False
+            if self._scheduler is not None:
+                await self._scheduler.stop()
             unsubscribe()
             await self._calls_settled()
             await self._heartbeats.stop()

@@ -31,8 +31,8 @@ ALL = [
 ADDITIONS = {
     ("SQLiteStore", "__init__"): {"synchronous"},
     ("Worker", "__init__"): {"heartbeat_interval_ms", "claim_batch", "max_in_flight_bytes"},
-    ("Worker", "task"): {"concurrency"},
-    ("Worker", "register"): {"concurrency"},
+    ("Worker", "task"): {"concurrency", "periodic"},
+    ("Worker", "register"): {"concurrency", "periodic"},
 }
 
 # (module, qualified name) of every callable whose signature users depend on.

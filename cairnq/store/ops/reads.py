@@ -66,6 +66,20 @@ class ReadOps(StoreCore):
         }
         return self._tasks(await self._fetch("list", params))
 
+    async def existing_keys(self, keys: builtins.list[str]) -> set[str]:
+        """Which of ``keys`` name a task (periodic schedules look up their
+        recorded fires this way: each key by primary key, one statement)."""
+        for key in keys:
+            check_text("key", key, empty=True)
+        if not keys:
+            return set()
+        return {row[0] for row in await self._fetch("existing_keys", {"keys": list(keys)})}
+
+    async def periodic_latest(self) -> builtins.list[Task]:
+        """The newest task of each periodic schedule (metadata
+        ``"cairnq.periodic"``), in schedule order; reads every task."""
+        return self._tasks(await self._fetch("periodic_latest", {}))
+
     async def stats(self, queue: str | None = None) -> dict[str, dict[TaskStatus, int]]:
         check_text("queue", queue, optional=True)
         rows = await self._fetch("stats", {"queue": queue})

@@ -76,7 +76,7 @@ _DERIVED: dict[str, Callable[[dict[str, Any], int], Any]] = {
     "before_ms": lambda p, now: now - p["older_than_ms"],
 }
 # List-valued parameters travel as JSON array text, expanded with json_each.
-_LISTS = frozenset(("queues", "names", "ids"))
+_LISTS = frozenset(("queues", "names", "ids", "keys"))
 _JSON_LISTS = frozenset(("results",))  # of JSON texts or None: strings and nulls
 
 Binder = Callable[[dict[str, Any]], dict[str, Any]]
