@@ -11,7 +11,9 @@ from cairnq.worker.worker import CLAIM_ERROR_BACKOFF_S, OnError, Worker
 
 from typing import Literal
 
-ErrorPhase = Literal["claim", "execute"]
+# 0.15.1's two phases, and ours: a store that survived an error ("store"),
+# a periodic schedule's enqueue ("periodic").
+ErrorPhase = Literal["claim", "execute", "store", "periodic"]
 
 __all__ = [
     "Worker",
