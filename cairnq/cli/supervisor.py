@@ -273,8 +273,8 @@ def supervise(
     finally:
         # Whatever went wrong in here, no child outlives us unattended: closing
         # the lifeline makes them drain (a signal could be their second).
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
         signal.set_wakeup_fd(previous_wakeup)
         supervisor.close()
         os.close(wake_read)
