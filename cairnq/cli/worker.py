@@ -7,6 +7,7 @@ import asyncio
 import importlib
 import inspect
 import os
+import stat
 import sys
 from typing import Any
 
@@ -195,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
     queues = _queues(args.queues)
     if args.processes > 1:
         return _supervise(args)
+    if args.supervisor_fd is not None:
+        _check_lifeline(args.supervisor_fd)
     target = load_target(args.target)
     if isinstance(target, Worker):
         fixed = [
@@ -246,6 +249,14 @@ def run(args: argparse.Namespace) -> int:
         )
     log.info("worker %s stopped", worker.worker_id)
     return EXIT_OK
+
+
+def _check_lifeline(fd: int) -> None:
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            raise CliError(f"--supervisor-fd {fd} is not a pipe", EXIT_USAGE)
+    except (OSError, OverflowError) as exc:
+        raise CliError(f"--supervisor-fd {fd}: {one_line(exc)}", EXIT_USAGE) from None
 
 
 def _supervise(args: argparse.Namespace) -> int:

@@ -168,6 +168,14 @@ def test_grace_ms_must_be_positive(tmp_path: Path, capsys: pytest.CaptureFixture
     assert code == 2 and "--grace-ms" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("fd", ["999", "-1"])
+def test_a_lifeline_that_is_not_an_open_pipe_is_refused(
+    fd: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["--db", str(tmp_path / "t.db"), "worker", "app:setup", "--supervisor-fd", fd])
+    assert code == 2 and "--supervisor-fd" in capsys.readouterr().err
+
+
 def test_help_documents_processes_and_grace(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["worker", "--help"]) == 0
     text = capsys.readouterr().out
