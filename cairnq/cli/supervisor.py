@@ -159,6 +159,8 @@ class _Supervisor:
         self.stop_signal, self.stopping_since, self.reason = sig, time.monotonic(), reason
         for slot in self.slots:
             slot.restart_at = None
+            if slot.proc is None:
+                slot.status = None  # its death was dealt with; only the drain counts now
         log.info(
             "%s: draining %d worker process(es); any left in %.1f s are killed",
             sig.name,

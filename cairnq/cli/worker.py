@@ -261,6 +261,8 @@ def _check_lifeline(fd: int) -> None:
 
 def _supervise(args: argparse.Namespace) -> int:
     """Run this command ``--processes`` times under a supervisor."""
+    if os.name != "posix":
+        raise CliError("--processes above 1 needs a POSIX system", EXIT_USAGE)
     module_name, sep, attr = args.target.partition(":")
     if not sep or not module_name or not attr:
         raise CliError(f"TARGET must be module:attr, got {args.target!r}", EXIT_USAGE)

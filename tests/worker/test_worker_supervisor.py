@@ -234,6 +234,19 @@ async def test_a_killed_child_is_restarted_and_the_log_says_why(
     assert not supervisor.live_children()
 
 
+async def test_a_stop_while_a_child_waits_for_its_restart_is_a_clean_drain(
+    sqlite_backend: Any, supervisor: Supervisor
+) -> None:
+    supervisor.start(sqlite_backend.target, "--processes", "2")
+    first = await until(lambda: len(supervisor.children()) == 2 and supervisor.children(), 60, "2 children")
+    await until(lambda: supervisor.log().count("serving") == 2, 60, "both serving")
+    os.kill(first[0], signal.SIGKILL)
+    await until(lambda: "restarting in 0.5 s" in supervisor.log(), 30, "the restart plan")
+    supervisor.signal(signal.SIGTERM)
+    assert await supervisor.exit_code(60) == 0, supervisor.log()
+    assert not supervisor.live_children()
+
+
 @pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
 async def test_the_first_signal_drains_the_calls_in_flight(
     backend: Any, supervisor: Supervisor, tmp_path: Path, how: str
