@@ -32,8 +32,11 @@ __all__ = [
     "ENV_DB",
     "EXIT_DATABASE",
     "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_KILLED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "EXIT_WORKERS_FAILING",
     "CliError",
     "DatabaseError",
     "Target",
@@ -64,6 +67,9 @@ EXIT_OK = 0  # success
 EXIT_FAILED = 1  # the operation failed: not found, not allowed, waited task not succeeded
 EXIT_USAGE = 2  # bad command line (argparse's own code)
 EXIT_DATABASE = 3  # cannot open/connect/migrate, protocol mismatch, driver error
+EXIT_KILLED = 4  # worker --processes: workers still running after --grace-ms were killed
+EXIT_WORKERS_FAILING = 5  # worker --processes: a worker process kept failing at start
+EXIT_INTERRUPTED = 130  # a second signal (or Ctrl-C) interrupted the command
 
 ENV_DB = "CAIRNQ_DB"
 _PG_PREFIXES = ("postgres://", "postgresql://")

@@ -1,7 +1,8 @@
 """``cairnq <command>``: argument parsing and dispatch.
 
 ``main(argv)`` returns the exit code (it never calls ``sys.exit`` itself):
-0 success, 1 the operation failed, 2 usage error, 3 database error.
+0 success, 1 the operation failed, 2 usage error, 3 database error; 4, 5 and
+130 are ``worker``'s (see the epilog).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from cairnq.cli.common import (
     ENV_DB,
     EXIT_DATABASE,
     EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_USAGE,
     CliError,
     check_text_arguments,
@@ -42,6 +44,10 @@ exit codes:
      taken, a --wait that ended other than succeeded)
   2  usage error
   3  database error (cannot open or connect, protocol mismatch)
+  4  worker --processes: worker processes still running --grace-ms after
+     the first signal had to be killed
+  5  worker --processes: a worker process kept failing at start
+  130  interrupted (a second SIGINT/SIGTERM, or Ctrl-C outside a worker)
 """
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -150,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cairnq {command}: {exc}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_FAILED

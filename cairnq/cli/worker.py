@@ -7,10 +7,12 @@ import asyncio
 import importlib
 import inspect
 import os
+import stat
 import sys
 from typing import Any
 
 from cairnq.cli.common import (
+    ENV_DB,
     EXIT_OK,
     EXIT_USAGE,
     CliError,
@@ -22,7 +24,8 @@ from cairnq.cli.common import (
     positive_int,
     resolve_target,
 )
-from cairnq.worker import Worker
+from cairnq.cli.supervisor import Policy, supervise
+from cairnq.worker import Worker, lifecycle
 
 __all__ = ["add_parser", "load_target"]
 
@@ -56,6 +59,22 @@ current directory first on sys.path. attr is either
 
 The first SIGINT or SIGTERM stops claiming and lets the calls in flight
 finish (exit 0); a second one interrupts.
+
+--processes N (or auto: one per usable core) runs N worker processes under a
+supervisor; each is this same command (it imports TARGET and opens its own
+connection). One process (the default) runs in this process, as above. The
+supervisor
+  * restarts a worker process that dies, after 0.5 s doubling up to 30 s
+    (back to 0.5 s once one has run for 10 s); a worker process that dies
+    within 10 s of starting 5 times in a row ends everything (exit 5), one
+    that ends with a usage error too (exit 2);
+  * forwards the first SIGINT/SIGTERM (Ctrl-C counts once): every worker
+    process drains, none is restarted; a second one interrupts them (exit
+    130); those still running --grace-ms after the first are killed (exit
+    4; their tasks are claimed again once their leases expire);
+  * exits 0 when every worker process drained cleanly, 1 when one ended with
+    an error while draining.
+If the supervisor itself is killed, its worker processes notice and drain.
 """
 
 
@@ -87,7 +106,52 @@ def add_parser(commands: Any, common: Any) -> None:
         default=None,
         help="longest idle wait between claims (default 500)",
     )
+    p.add_argument(
+        "--processes",
+        type=processes_count,
+        default=1,
+        metavar="N|auto",
+        help="worker processes under one supervisor (default 1: this process; "
+        "auto: one per usable core)",
+    )
+    p.add_argument(
+        "--grace-ms",
+        type=positive_duration_ms,
+        default=DEFAULT_GRACE_MS,
+        help="with --processes: how long after the first signal the worker processes "
+        f"may drain before they are killed (default {DEFAULT_GRACE_MS})",
+    )
+    # Given by the supervisor to its children: the read end of its lifeline.
+    p.add_argument("--supervisor-fd", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(run=run, parser=p)
+
+
+DEFAULT_GRACE_MS = 30_000
+MAX_PROCESSES = 256
+
+
+def usable_cores() -> int:
+    counted = getattr(os, "process_cpu_count", None)  # Python 3.13+
+    if counted is not None:
+        return int(counted() or 1)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def processes_count(text: str) -> int:
+    """``--processes``: a count from 1 to MAX_PROCESSES, or ``auto``."""
+    if text.strip().lower() == "auto":
+        return min(usable_cores(), MAX_PROCESSES)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of processes or auto, got {text[:40]!r}"
+        ) from None
+    if not 1 <= value <= MAX_PROCESSES:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_PROCESSES}, got {value}")
+    return value
 
 
 def load_target(spec: str) -> Any:
@@ -130,6 +194,10 @@ def _queues(text: str | None) -> list[str] | None:
 
 def run(args: argparse.Namespace) -> int:
     queues = _queues(args.queues)
+    if args.processes > 1:
+        return _supervise(args)
+    if args.supervisor_fd is not None:
+        _check_lifeline(args.supervisor_fd)
     target = load_target(args.target)
     if isinstance(target, Worker):
         fixed = [
@@ -172,9 +240,51 @@ def run(args: argparse.Namespace) -> int:
             EXIT_USAGE,
         )
     log.info("worker %s serving on %r", worker.worker_id, worker.store)
-    worker.serve(concurrency=args.concurrency)
+    if args.supervisor_fd is None:
+        worker.serve(concurrency=args.concurrency)
+    else:
+        # The process ends after this, so the store is closed whoever built it.
+        lifecycle.serve(
+            worker, args.concurrency, close_store=True, drain_on_eof=args.supervisor_fd
+        )
     log.info("worker %s stopped", worker.worker_id)
     return EXIT_OK
+
+
+def _check_lifeline(fd: int) -> None:
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            raise CliError(f"--supervisor-fd {fd} is not a pipe", EXIT_USAGE)
+    except (OSError, OverflowError) as exc:
+        raise CliError(f"--supervisor-fd {fd}: {one_line(exc)}", EXIT_USAGE) from None
+
+
+def _supervise(args: argparse.Namespace) -> int:
+    """Run this command ``--processes`` times under a supervisor."""
+    if os.name != "posix":
+        raise CliError("--processes above 1 needs a POSIX system", EXIT_USAGE)
+    module_name, sep, attr = args.target.partition(":")
+    if not sep or not module_name or not attr:
+        raise CliError(f"TARGET must be module:attr, got {args.target!r}", EXIT_USAGE)
+    command = [sys.executable, "-m", "cairnq"]
+    if getattr(args, "verbose", 0):
+        command.append("-" + "v" * args.verbose)
+    if getattr(args, "log_level", None):
+        command += ["--log-level", args.log_level]
+    command += ["worker", args.target]
+    for flag, value in (
+        ("--queues", args.queues),
+        ("--concurrency", args.concurrency),
+        ("--lease-ms", args.lease_ms),
+        ("--poll-interval-ms", args.poll_interval_ms),
+    ):
+        if value is not None:
+            command += [flag, str(value)]
+    env = dict(os.environ)
+    if getattr(args, "db_target", None):
+        env[ENV_DB] = args.db_target  # not on the command line, where ps shows a password
+    log.info("supervising %d worker processes of %s", args.processes, args.target)
+    return supervise(command, env, args.processes, Policy(grace_s=args.grace_ms / 1000))
 
 
 def _register(spec: str, setup: Any, worker: Worker) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from typing import AsyncIterator, Optional, Protocol, TypeVar
 
@@ -33,24 +34,40 @@ R = TypeVar("R", bound=Runnable)
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def serve(worker: Runnable, concurrency: Optional[int], *, close_store: bool) -> None:
-    """``asyncio.run`` the worker with signal handling; see ``Worker.serve``."""
+def serve(
+    worker: Runnable,
+    concurrency: Optional[int],
+    *,
+    close_store: bool,
+    drain_on_eof: Optional[int] = None,
+) -> None:
+    """``asyncio.run`` the worker with signal handling; see ``Worker.serve``.
+
+    ``drain_on_eof``: the read end of a pipe nobody writes to; its end of file
+    (the one process holding the write end is gone) drains like a first signal.
+    """
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         pass
     else:
         raise RuntimeError("Worker.serve() blocks; inside a running loop use `await worker.run()`")
-    asyncio.run(_serve(worker, concurrency, close_store))
+    asyncio.run(_serve(worker, concurrency, close_store, drain_on_eof))
 
 
-async def _serve(worker: Runnable, concurrency: Optional[int], close_store: bool) -> None:
+async def _serve(
+    worker: Runnable, concurrency: Optional[int], close_store: bool, drain_on_eof: Optional[int]
+) -> None:
     loop = asyncio.get_running_loop()
     installed = _install_handlers(loop, worker)
+    if drain_on_eof is not None:
+        _watch_for_eof(loop, drain_on_eof, worker)
     try:
         await worker.run(concurrency=concurrency)
     finally:
         _remove_handlers(loop, installed)
+        if drain_on_eof is not None:
+            loop.remove_reader(drain_on_eof)
         if close_store:
             with contextlib.suppress(Exception):
                 await worker.close()
@@ -73,6 +90,24 @@ def _install_handlers(loop: asyncio.AbstractEventLoop, worker: Runnable) -> list
             continue  # not the main thread, or a platform without signal support
         installed.append(sig)
     return installed
+
+
+def _watch_for_eof(loop: asyncio.AbstractEventLoop, fd: int, worker: Runnable) -> None:
+    def readable() -> None:
+        try:
+            data = os.read(fd, 64)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            return  # nobody should write; ignore it rather than stop
+        loop.remove_reader(fd)
+        # Not a signal: a drain already under way is not turned into an interrupt.
+        log.warning("the supervisor is gone: draining in-flight calls")
+        worker.stop()
+
+    loop.add_reader(fd, readable)
 
 
 def _remove_handlers(loop: asyncio.AbstractEventLoop, installed: list[signal.Signals]) -> None:
