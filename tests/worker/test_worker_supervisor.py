@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -55,8 +56,10 @@ class Supervisor:
         self.log_path = tmp_path / "supervisor.log"
         self.proc: subprocess.Popen[Any] | None = None
 
-    def start(self, db: str, *flags: str, target: str = "app:setup") -> subprocess.Popen[Any]:
-        (self.tmp_path / "app.py").write_text(APP)
+    def start(
+        self, db: str, *flags: str, target: str = "app:setup", app: str = APP
+    ) -> subprocess.Popen[Any]:
+        (self.tmp_path / "app.py").write_text(app)
         with open(self.log_path, "w") as sink:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "cairnq", "--db", db, "-v", "worker", target, *flags],
@@ -382,3 +385,41 @@ async def _count_is(q: Any, status: str, n: int) -> bool:
 async def _status_is(q: Any, task_id: str, status: str) -> bool:
     task = await q.get(task_id)
     return task is not None and task.status == status
+
+
+PERIODIC_APP = """
+from datetime import timedelta
+
+
+async def tick(ctx, payload):
+    return None
+
+
+def setup(worker):
+    worker.register("tick", tick)
+    worker.periodic(timedelta(seconds=1), "tick", {"from": "schedule"})
+"""
+
+
+async def test_processes_enqueue_each_periodic_fire_once(
+    backend: Any, supervisor: Supervisor
+) -> None:
+    """Three processes each run the schedule (no leader): one task per
+    second, none doubled, none missing."""
+    from cairnq.periodic import parse_instant
+
+    q = backend.client()
+    await q.connect()
+    supervisor.start(
+        backend.target, "--processes", "3", "--poll-interval-ms", "100", app=PERIODIC_APP
+    )
+    await until(lambda: len(supervisor.live_children()) == 3, 60, "three children")
+    await asyncio.sleep(6)
+    supervisor.signal(signal.SIGTERM)
+    assert await supervisor.exit_code(60) == 0, supervisor.log()
+    tasks = await q.list(name="tick", limit=10_000)
+    fires = Counter(t.metadata["cairnq.periodic"]["fire_at"] for t in tasks)
+    assert not {f: n for f, n in fires.items() if n > 1}, fires
+    instants = sorted(parse_instant(f) for f in fires)
+    assert len(instants) >= 4, (instants, supervisor.log())
+    assert [b - a for a, b in zip(instants, instants[1:])] == [1000] * (len(instants) - 1)
