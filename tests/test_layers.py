@@ -21,6 +21,9 @@ LAYERS = {
     "storage": (ROOT / "cairnq" / "store", ("cairnq.store", "cairnq._ids", "cairnq._sql", "cairnq._speedups",
                                             "cairnq.errors", "cairnq.models", "cairnq.events")),
     "kernels": (ROOT / "_speedups", ("cairnq._speedups", "cairnq.errors", "cairnq.models")),
+    # Periodic schedules talk to a store they are handed (any TaskStore): they
+    # import neither the worker that runs them nor a driver.
+    "periodic": (ROOT / "cairnq" / "periodic", ("cairnq.periodic", "cairnq.errors", "cairnq.models")),
 }  # fmt: skip
 PYX_IMPORT = re.compile(r"^[ \t]*(?:from\s+(cairnq[\w.]*)\s+c?import|c?import\s+(cairnq[\w.]*))", re.M)
 
