@@ -60,7 +60,7 @@ async def test_task_counters_match_a_drain(backend) -> None:
     """200 tasks: 150 succeed, 30 fail twice (one retry, then failed), 20 are
     canceled while running."""
     q: CairnQ = backend.client()
-    w = backend.worker(concurrency=32, lease_ms=3_000, heartbeat_interval_ms=50, **FAST)
+    w = backend.worker(concurrency=32, lease_ms=10_000, heartbeat_interval_ms=50, **FAST)
     started = 0
 
     @w.task("ok")
