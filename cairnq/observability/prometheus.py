@@ -89,23 +89,23 @@ class CairnqCollector:
         yield run
 
         system = [SYSTEM]
-        for name, value in (
+        for counter_name, total in (
             ("cairnq.claims", rec.claims[0]),
             ("cairnq.claims.empty", rec.claims[1]),
             ("cairnq.claims.errors", rec.claims[2]),
             ("cairnq.heartbeat.rounds", rec.heartbeats[0]),
             ("cairnq.heartbeat.errors", rec.heartbeats[1]),
         ):
-            family = _counter(name)
-            family.add_metric(system, value)
-            yield family
-        for name, hist in (
+            counter = _counter(counter_name)
+            counter.add_metric(system, total)
+            yield counter
+        for histogram_name, hist in (
             ("cairnq.claim.duration", rec.claim_latency),
             ("cairnq.heartbeat.duration", rec.heartbeat_latency),
         ):
-            family = _histogram(name)
-            _add_histogram(family, system, hist)
-            yield family
+            histogram = _histogram(histogram_name)
+            _add_histogram(histogram, system, hist)
+            yield histogram
 
         worker = rec.worker
         if worker is not None:
@@ -127,9 +127,9 @@ class CairnqCollector:
         if rec.statements:
             count_name, latency_name = STATEMENT_METRICS
             statements, latency = _counter(count_name), _histogram(latency_name)
-            for (statement, dialect), (count, hist) in sorted(rec.statement_series.items()):
-                statements.add_metric([SYSTEM, statement, dialect], count[0])
-                _add_histogram(latency, [SYSTEM, statement, dialect], hist)
+            for (statement, dialect), (ran, timed) in sorted(rec.statement_series.items()):
+                statements.add_metric([SYSTEM, statement, dialect], ran[0])
+                _add_histogram(latency, [SYSTEM, statement, dialect], timed)
             yield statements
             yield latency
 
@@ -228,11 +228,11 @@ def serve_metrics(
         worker.run_beside(recorder.sample)
     registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
     collector = CairnqCollector(recorder)
-    registry.register(collector)  # type: ignore[arg-type]
+    registry.register(collector)
     recorder.start()
     try:
         return MetricsServer(recorder, registry, host, port)
     except BaseException:
         recorder.stop()
-        registry.unregister(collector)  # type: ignore[arg-type]
+        registry.unregister(collector)
         raise
