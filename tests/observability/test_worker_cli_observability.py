@@ -82,8 +82,8 @@ def test_worker_serves_metrics_and_writes_json_logs(backend: Any, tmp_path: Path
     port = free_port()
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "cairnq", "--db", db, "--log-format", "json",
-            "worker", "handlers:setup", "--poll-interval-ms", "50",
+            sys.executable, "-m", "cairnq", "--db", db,
+            "worker", "handlers:setup", "--log-format", "json", "--poll-interval-ms", "50",
             "--metrics-port", str(port), "--metrics-interval-ms", "200",
         ],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
