@@ -146,6 +146,8 @@ def add_parser(commands: Any, common: Any) -> None:
         action="store_true",
         help="also count every protocol statement and its latency",
     )
+    # Given by the supervisor to its children: where to announce their metrics port.
+    p.add_argument("--metrics-dir", default=None, help=argparse.SUPPRESS)
     # Given by the supervisor to its children: the read end of its lifeline.
     p.add_argument("--supervisor-fd", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(run=run, parser=p)
@@ -231,12 +233,6 @@ def _queues(text: str | None) -> list[str] | None:
 def run(args: argparse.Namespace) -> int:
     queues = _queues(args.queues)
     if args.processes > 1:
-        if args.metrics_port is not None:
-            raise CliError(
-                "--metrics-port with --processes above 1 is not supported yet: run one "
-                "worker process per port",
-                EXIT_USAGE,
-            )
         return _supervise(args)
     if args.supervisor_fd is not None:
         _check_lifeline(args.supervisor_fd)
@@ -330,6 +326,10 @@ def _observe(args: argparse.Namespace, worker: Worker) -> list[Any]:
             ) from None
         log.info("metrics on http://%s:%d/metrics", server.host, server.port)
         closers.append(server.close)
+        if args.metrics_dir is not None:  # a child of a supervisor: tell it where
+            from cairnq.observability.aggregate import announce
+
+            closers.insert(0, announce(args.metrics_dir, server.port))
     return closers
 
 
@@ -359,6 +359,7 @@ def _supervise(args: argparse.Namespace) -> int:
         ("--concurrency", args.concurrency),
         ("--lease-ms", args.lease_ms),
         ("--poll-interval-ms", args.poll_interval_ms),
+        ("--log-format", getattr(args, "log_format", None)),
     ):
         if value is not None:
             command += [flag, str(value)]
@@ -366,7 +367,45 @@ def _supervise(args: argparse.Namespace) -> int:
     if getattr(args, "db_target", None):
         env[ENV_DB] = args.db_target  # not on the command line, where ps shows a password
     log.info("supervising %d worker processes of %s", args.processes, args.target)
-    return supervise(command, env, args.processes, Policy(grace_s=args.grace_ms / 1000))
+    policy = Policy(grace_s=args.grace_ms / 1000)
+    if args.metrics_port is None:
+        return supervise(command, env, args.processes, policy)
+    return _supervise_with_metrics(args, command, env, policy)
+
+
+def _supervise_with_metrics(
+    args: argparse.Namespace, command: list[str], env: dict[str, str], policy: Policy
+) -> int:
+    """Children serve on free local ports and announce them in a directory of
+    this run; the supervisor serves one endpoint merging theirs."""
+    import shutil
+    import tempfile
+
+    from cairnq.observability.aggregate import Aggregator
+
+    directory = tempfile.mkdtemp(prefix="cairnq-metrics-")
+    command = command + [
+        "--metrics-port", "0", "--metrics-host", "127.0.0.1", "--metrics-dir", directory,
+        "--metrics-interval-ms", str(args.metrics_interval_ms),
+    ]  # fmt: skip
+    if args.metrics_statements:
+        command.append("--metrics-statements")
+    try:
+        try:
+            aggregator = Aggregator(directory, args.processes, args.metrics_host, args.metrics_port)
+        except OSError as exc:
+            raise CliError(
+                f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {one_line(exc)}",
+                EXIT_USAGE,
+            ) from None
+        log.info("metrics of %d processes on http://%s:%d/metrics",
+                 args.processes, args.metrics_host, aggregator.port)  # fmt: skip
+        try:
+            return supervise(command, env, args.processes, policy)
+        finally:
+            aggregator.close()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _register(spec: str, setup: Any, worker: Worker) -> None:

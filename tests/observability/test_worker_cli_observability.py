@@ -152,10 +152,50 @@ def _listening_addresses(pid: int, port: int) -> list[str]:
     return found
 
 
-def test_metrics_port_with_processes_is_a_usage_error(tmp_path: Path, capsys: Any) -> None:
-    code = main(
-        ["--db", str(tmp_path / "x.db"), "worker", "json:loads", "--processes", "2",
-         "--metrics-port", "9464"]
+def test_supervisor_serves_one_endpoint_for_its_processes(backend: Any, tmp_path: Path) -> None:
+    """--processes 2 --metrics-port P: one endpoint, the children's counters
+    summed; /healthz 200 once both serve."""
+    (tmp_path / "handlers.py").write_text(HANDLERS)
+    db = backend.target
+    assert main(["--db", db, "migrate"]) == 0
+    for who in range(40):
+        assert main(["--db", db, "submit", "hello", json.dumps({"who": who})]) == 0
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "cairnq", "--db", db, "worker", "handlers:setup",
+            "--processes", "2", "--poll-interval-ms", "50", "--concurrency", "2",
+            "--metrics-port", str(port), "--metrics-interval-ms", "200",
+        ],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
     )  # fmt: skip
-    assert code == 2
-    assert "--metrics-port" in capsys.readouterr().err
+    try:
+        url = f"http://127.0.0.1:{port}"
+        until(lambda: get(url + "/healthz") == (200, "ok\n"), "both processes healthy")
+
+        def all_counted() -> dict[str, float] | None:
+            text = get(url + "/metrics")[1]
+            found: dict[str, float] = {}
+            for family in text_string_to_metric_families(text):
+                for s in family.samples:
+                    if s.labels.get("cairnq_task_name") == "hello" and s.name.endswith("_total"):
+                        found[s.name] = s.value
+            return found if found.get("cairnq_tasks_succeeded_total") == 40 else None
+
+        found = until(all_counted, "40 successes across the processes")
+        assert found["cairnq_tasks_claimed_total"] == 40
+        assert found["cairnq_tasks_failed_total"] == 0
+        text = get(url + "/metrics")[1]
+        slots = [
+            s.value for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name == "cairnq_worker_slots_free"
+        ]  # fmt: skip
+        assert slots == [4.0]  # 2 processes x concurrency 2, summed
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+    assert proc.returncode == 0, err
