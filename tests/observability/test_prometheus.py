@@ -75,6 +75,7 @@ async def test_task_counters_match_a_drain(backend) -> None:
     async def slow(ctx: Any, payload: Any) -> None:
         nonlocal started
         started += 1
+        await asyncio.sleep(0.2)  # a few heartbeat rounds (every 50 ms) while held
         deadline = time.monotonic() + 10
         while not await ctx.canceled() and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -127,6 +128,7 @@ async def test_task_counters_match_a_drain(backend) -> None:
     assert count("cairnq_tasks_failed_total", "bad") == 30
     assert count("cairnq_tasks_claimed_total", "bad") == 60
     assert count("cairnq_tasks_canceled_total", "slow") == 20
+    assert count("cairnq_tasks_claimed_total", "slow") == 20
     assert count("cairnq_tasks_failed_total", "ok") == 0
     assert count("cairnq_tasks_lease_lost_total", "ok") == 0
     # Every settlement was timed; every claim's wait too.
