@@ -55,10 +55,11 @@ async def _child(op: str, n: int, path: str, events: str | None) -> None:
         q = CairnQ.sqlite(path)
         await q.connect()
         worker = Worker(q.store, ["default"], concurrency=64, poll_interval_ms=20)
-        if events == "metrics":
+        if events in ("metrics", "metrics-statements"):
             from cairnq.observability import serve_metrics
 
-            serve_metrics(worker, port=0)  # the recorder and the endpoint, nobody scraping
+            # The recorder and the endpoint, nobody scraping.
+            serve_metrics(worker, port=0, statements=events == "metrics-statements")
         done = 0
 
         @worker.task("noop")
@@ -135,9 +136,10 @@ def main() -> None:
     p.add_argument("--n", type=int, default=2000)
     p.add_argument("--n0", type=int, default=200)
     p.add_argument(
-        "--events", choices=["count", "metrics"], default=None,
+        "--events", choices=["count", "metrics", "metrics-statements"], default=None,
         help="subscribe a counting handler to every event (for drain: after the submits); "
-        "metrics: serve Prometheus metrics (op worker only)",
+        "metrics: serve Prometheus metrics (op worker only; metrics-statements: with "
+        "the per-statement metrics too)",
     )  # fmt: skip
     o = p.parse_args()
     for op in o.ops.split(","):
