@@ -23,6 +23,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
+_TEXT = "text/plain; charset=utf-8"
+_NOT_FOUND = b"not found: try /metrics or /healthz\n"
+
 __all__ = ["announce", "Aggregator"]
 
 _MAX_OF = {"cairnq_queue_depth"}  # the same number seen by every child: not a sum
@@ -173,9 +176,9 @@ class Aggregator:
                     self._reply(200, "text/plain; version=0.0.4; charset=utf-8", body)
                 elif path == "/healthz":
                     ok, reason = aggregator.health()
-                    self._reply(200 if ok else 503, "text/plain; charset=utf-8", (reason + "\n").encode())
+                    self._reply(200 if ok else 503, _TEXT, (reason + "\n").encode())
                 else:
-                    self._reply(404, "text/plain; charset=utf-8", b"not found: try /metrics or /healthz\n")
+                    self._reply(404, _TEXT, _NOT_FOUND)
 
             def _reply(self, status: int, content_type: str, body: bytes) -> None:
                 self.send_response(status)

@@ -29,6 +29,9 @@ from cairnq.observability.recorder import TASK_COUNTERS, Histogram, Recorder
 if TYPE_CHECKING:
     from cairnq.worker import Worker
 
+_TEXT = "text/plain; charset=utf-8"
+_NOT_FOUND = b"not found: try /metrics or /healthz\n"
+
 __all__ = ["CairnqCollector", "MetricsServer", "serve_metrics"]
 
 SYSTEM = "cairnq"
@@ -191,9 +194,9 @@ def _handler_class(server: MetricsServer) -> type[BaseHTTPRequestHandler]:
             elif path == "/healthz":
                 state = server.health()
                 body = (state.reason + "\n").encode()
-                self._reply(200 if state.ok else 503, "text/plain; charset=utf-8", body)
+                self._reply(200 if state.ok else 503, _TEXT, body)
             else:
-                self._reply(404, "text/plain; charset=utf-8", b"not found: try /metrics or /healthz\n")
+                self._reply(404, _TEXT, _NOT_FOUND)
 
         def _reply(self, status: int, content_type: str, body: bytes) -> None:
             self.send_response(status)
