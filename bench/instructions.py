@@ -2,6 +2,7 @@
 
     python bench/instructions.py --python .cache/venv/bin/python --ops get,submit_seq,drain
     python bench/instructions.py --ops drain --events count      # with one counting subscriber
+    python bench/instructions.py --ops worker --events metrics   # with Prometheus metrics served
     python bench/instructions.py --ops worker                    # the worker alone, bulk-loaded backlog
 
 Wall-clock A/B on a shared 2-vCPU host moves by ±10 % from run to run; the
@@ -54,6 +55,11 @@ async def _child(op: str, n: int, path: str, events: str | None) -> None:
         q = CairnQ.sqlite(path)
         await q.connect()
         worker = Worker(q.store, ["default"], concurrency=64, poll_interval_ms=20)
+        if events in ("metrics", "metrics-statements"):
+            from cairnq.observability import serve_metrics
+
+            # The recorder and the endpoint, nobody scraping.
+            serve_metrics(worker, port=0, statements=events == "metrics-statements")
         done = 0
 
         @worker.task("noop")
@@ -130,8 +136,10 @@ def main() -> None:
     p.add_argument("--n", type=int, default=2000)
     p.add_argument("--n0", type=int, default=200)
     p.add_argument(
-        "--events", choices=["count"], default=None,
-        help="subscribe a counting handler to every event (for drain: after the submits)",
+        "--events", choices=["count", "metrics", "metrics-statements"], default=None,
+        help="subscribe a counting handler to every event (for drain: after the submits); "
+        "metrics: serve Prometheus metrics (op worker only; metrics-statements: with "
+        "the per-statement metrics too)",
     )  # fmt: skip
     o = p.parse_args()
     for op in o.ops.split(","):

@@ -171,6 +171,11 @@ async def _drain(
                 return {"i": payload["i"]} if distinct else None
 
         unsubscribe = _subscribe_counter() if o.get("events") == "count" else None
+        metrics = (
+            _serve_metrics(worker, float(o.get("scrape_s", 0.5)))
+            if o.get("metrics") == "prometheus"
+            else None
+        )
         started = time.perf_counter()
         run = asyncio.ensure_future(worker.run())
         while (await q.stats())["default"]["succeeded"] < n:
@@ -180,7 +185,41 @@ async def _drain(
         await run
         if unsubscribe is not None:
             unsubscribe()
+        if metrics is not None:
+            metrics()
         return {"value": n / elapsed, "unit": "tasks/s"}
+
+
+def _serve_metrics(worker: Any, scrape_s: float) -> Callable[[], None]:
+    """Prometheus metrics on (``--options '{"metrics": "prometheus"}'``): the
+    endpoint served on a free port, scraped every ``scrape_s`` (option
+    ``scrape_s``, default 0.5: far more often than a real scrape interval; 0:
+    not during the drain) from a thread, and once at the end to check the
+    count. Returns what stops it."""
+    import threading
+    import urllib.request
+
+    from cairnq.observability import serve_metrics
+
+    server = serve_metrics(worker, port=0)
+    url = f"http://127.0.0.1:{server.port}/metrics"
+    done = threading.Event()
+
+    def scrape() -> None:
+        while scrape_s > 0 and not done.wait(scrape_s):
+            urllib.request.urlopen(url, timeout=10).read()
+
+    scraper = threading.Thread(target=scrape, daemon=True)
+    scraper.start()
+
+    def stop() -> None:
+        done.set()
+        scraper.join()
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert "cairnq_tasks_succeeded_total{" in text, "no task counted"
+        server.close()
+
+    return stop
 
 
 def _subscribe_counter() -> Any:

@@ -41,6 +41,7 @@ Rules of the surface (it is stable: fields are only ever added at the end):
   ``task.lease_lost``  the worker no longer holds it; nothing more is written
   ``batch.settled``    a batch handler's call ended (BatchEvent)
   ``heartbeat``        one heartbeat round for every lease held (HeartbeatEvent)
+  ``claim``            one claim round trip of the worker's claim loop (ClaimEvent)
 """
 
 # No `from __future__ import annotations`: the event tuples' annotations are
@@ -54,6 +55,7 @@ __all__ = [
     "TaskEvent",
     "BatchEvent",
     "HeartbeatEvent",
+    "ClaimEvent",
     "Event",
     "Channel",
     "channel",
@@ -118,6 +120,17 @@ class HeartbeatEvent(NamedTuple):
     error: Optional[BaseException]  # the round failed as a whole (store down), or None
 
 
+class ClaimEvent(NamedTuple):
+    """One claim round trip of a worker's claim loop (found work or not)."""
+
+    kind: str  # "claim"
+    worker_id: str
+    calls: int  # handler calls it started (0: it found nothing)
+    tasks: int  # tasks it claimed
+    duration_s: float
+    error: Optional[BaseException]  # the claim failed (store down), or None
+
+
 Event = Any  # one of the named tuples above
 Handler = Callable[[Any], None]
 
@@ -131,7 +144,7 @@ TASK_KINDS = (
     "task.canceled",
     "task.lease_lost",
 )
-KINDS = ("statement", *TASK_KINDS, "batch.settled", "heartbeat")
+KINDS = ("statement", *TASK_KINDS, "batch.settled", "heartbeat", "claim")
 
 
 class Channel:

@@ -86,6 +86,13 @@ def _common_options(*, suppress: bool) -> argparse.ArgumentParser:
         default=default,
         help="log level of the cairnq loggers (overrides -v)",
     )
+    group.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=default,
+        help="log lines as text (default) or one JSON object each (implies INFO "
+        "unless -v or --log-level say otherwise)",
+    )
     return common
 
 
@@ -110,30 +117,42 @@ def build_parser() -> argparse.ArgumentParser:
 
 class _Logging:
     """Route the ``cairnq`` loggers to stderr at the asked level, for the
-    duration of one ``main()`` call (restored afterwards)."""
+    duration of one ``main()`` call (restored afterwards). JSON lines go on
+    the root logger instead, so the handlers' own loggers (at INFO and above,
+    or the asked level) come out as JSON too."""
 
-    def __init__(self, verbose: int, level_name: str | None) -> None:
+    def __init__(self, verbose: int, level_name: str | None, fmt: str | None = None) -> None:
         self.logger = logging.getLogger("cairnq")
         self.handler: logging.Handler | None = None
-        if level_name is None and not verbose:
+        self.formatter: logging.Formatter | None = None
+        json_lines = fmt == "json"
+        if level_name is None and not verbose and not json_lines:
             return  # untouched: warnings still reach stderr (logging's last resort)
         level = (
             getattr(logging, level_name)
             if level_name
-            else (logging.INFO if verbose == 1 else logging.DEBUG)
+            else (logging.DEBUG if verbose >= 2 else logging.INFO)
         )
-        self.saved = (self.logger.level, self.logger.propagate)
         self.handler = logging.StreamHandler(sys.stderr)
-        self.handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-        )
-        self.logger.addHandler(self.handler)
+        if json_lines:
+            from cairnq.observability.logs import JsonFormatter
+
+            self.formatter = JsonFormatter()
+            self.owner = logging.getLogger()
+        else:
+            self.formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+            self.owner = self.logger
+        self.handler.setFormatter(self.formatter)
+        self.saved = (self.logger.level, self.logger.propagate, self.owner.level)
+        self.owner.addHandler(self.handler)
+        self.owner.setLevel(level)
         self.logger.setLevel(level)
-        self.logger.propagate = False
+        self.logger.propagate = json_lines
 
     def restore(self) -> None:
         if self.handler is not None:
-            self.logger.removeHandler(self.handler)
+            self.owner.removeHandler(self.handler)
+            self.owner.setLevel(self.saved[2])
             self.logger.setLevel(self.saved[0])
             self.logger.propagate = self.saved[1]
             self.handler = None
@@ -145,7 +164,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
-    logs = _Logging(getattr(args, "verbose", 0) or 0, getattr(args, "log_level", None))
+    logs = _Logging(
+        getattr(args, "verbose", 0) or 0,
+        getattr(args, "log_level", None),
+        getattr(args, "log_format", None),
+    )
     command = args.command
     try:
         check_text_arguments(args)

@@ -121,12 +121,50 @@ def add_parser(commands: Any, common: Any) -> None:
         help="with --processes: how long after the first signal the worker processes "
         f"may drain before they are killed (default {DEFAULT_GRACE_MS})",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=port_number,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics and health on /healthz "
+        "(needs cairnq[prometheus]; e.g. 9464)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address the metrics endpoint binds (default 127.0.0.1: this machine only)",
+    )
+    p.add_argument(
+        "--metrics-interval-ms",
+        type=positive_duration_ms,
+        default=5_000,
+        help="how often queue depth and store reachability are read (default 5000)",
+    )
+    p.add_argument(
+        "--metrics-statements",
+        action="store_true",
+        help="also count every protocol statement and its latency",
+    )
+    # Given by the supervisor to its children: where to announce their metrics port.
+    p.add_argument("--metrics-dir", default=None, help=argparse.SUPPRESS)
     # Given by the supervisor to its children: the read end of its lifeline.
     p.add_argument("--supervisor-fd", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(run=run, parser=p)
 
 
 DEFAULT_GRACE_MS = 30_000
+
+
+def port_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text[:40]!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 65535, got {value}")
+    return value
+
 MAX_PROCESSES = 256
 
 
@@ -239,16 +277,60 @@ def run(args: argparse.Namespace) -> int:
             "taking one",
             EXIT_USAGE,
         )
-    log.info("worker %s serving on %r", worker.worker_id, worker.store)
-    if args.supervisor_fd is None:
-        worker.serve(concurrency=args.concurrency)
-    else:
-        # The process ends after this, so the store is closed whoever built it.
-        lifecycle.serve(
-            worker, args.concurrency, close_store=True, drain_on_eof=args.supervisor_fd
-        )
-    log.info("worker %s stopped", worker.worker_id)
+    closers = _observe(args, worker)
+    try:
+        log.info("worker %s serving on %r", worker.worker_id, worker.store)
+        if args.supervisor_fd is None:
+            worker.serve(concurrency=args.concurrency)
+        else:
+            # The process ends after this, so the store is closed whoever built it.
+            lifecycle.serve(
+                worker, args.concurrency, close_store=True, drain_on_eof=args.supervisor_fd
+            )
+        log.info("worker %s stopped", worker.worker_id)
+    finally:
+        for close in closers:
+            close()
     return EXIT_OK
+
+
+def _observe(args: argparse.Namespace, worker: Worker) -> list[Any]:
+    """JSON log fields and the metrics endpoint, as asked; returns what ends them."""
+    closers: list[Any] = []
+    if getattr(args, "log_format", None) == "json":
+        import logging
+
+        from cairnq.observability.logs import JsonFormatter, track_tasks
+
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler.formatter, JsonFormatter):
+                handler.formatter.static["worker_id"] = worker.worker_id
+        closers.append(track_tasks())
+    if args.metrics_port is not None:
+        try:
+            from cairnq.observability import serve_metrics
+
+            server = serve_metrics(
+                worker,
+                port=args.metrics_port,
+                host=args.metrics_host,
+                statements=args.metrics_statements,
+                sample_interval_s=args.metrics_interval_ms / 1000,
+            )
+        except ImportError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
+        except OSError as exc:
+            raise CliError(
+                f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {one_line(exc)}",
+                EXIT_USAGE,
+            ) from None
+        log.info("metrics on http://%s:%d/metrics", server.host, server.port)
+        closers.append(server.close)
+        if args.metrics_dir is not None:  # a child of a supervisor: tell it where
+            from cairnq.observability.aggregate import announce
+
+            closers.insert(0, announce(args.metrics_dir, server.port))
+    return closers
 
 
 def _check_lifeline(fd: int) -> None:
@@ -277,6 +359,7 @@ def _supervise(args: argparse.Namespace) -> int:
         ("--concurrency", args.concurrency),
         ("--lease-ms", args.lease_ms),
         ("--poll-interval-ms", args.poll_interval_ms),
+        ("--log-format", getattr(args, "log_format", None)),
     ):
         if value is not None:
             command += [flag, str(value)]
@@ -284,7 +367,45 @@ def _supervise(args: argparse.Namespace) -> int:
     if getattr(args, "db_target", None):
         env[ENV_DB] = args.db_target  # not on the command line, where ps shows a password
     log.info("supervising %d worker processes of %s", args.processes, args.target)
-    return supervise(command, env, args.processes, Policy(grace_s=args.grace_ms / 1000))
+    policy = Policy(grace_s=args.grace_ms / 1000)
+    if args.metrics_port is None:
+        return supervise(command, env, args.processes, policy)
+    return _supervise_with_metrics(args, command, env, policy)
+
+
+def _supervise_with_metrics(
+    args: argparse.Namespace, command: list[str], env: dict[str, str], policy: Policy
+) -> int:
+    """Children serve on free local ports and announce them in a directory of
+    this run; the supervisor serves one endpoint merging theirs."""
+    import shutil
+    import tempfile
+
+    from cairnq.observability.aggregate import Aggregator
+
+    directory = tempfile.mkdtemp(prefix="cairnq-metrics-")
+    command = command + [
+        "--metrics-port", "0", "--metrics-host", "127.0.0.1", "--metrics-dir", directory,
+        "--metrics-interval-ms", str(args.metrics_interval_ms),
+    ]  # fmt: skip
+    if args.metrics_statements:
+        command.append("--metrics-statements")
+    try:
+        try:
+            aggregator = Aggregator(directory, args.processes, args.metrics_host, args.metrics_port)
+        except OSError as exc:
+            raise CliError(
+                f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {one_line(exc)}",
+                EXIT_USAGE,
+            ) from None
+        log.info("metrics of %d processes on http://%s:%d/metrics",
+                 args.processes, args.metrics_host, aggregator.port)  # fmt: skip
+        try:
+            return supervise(command, env, args.processes, policy)
+        finally:
+            aggregator.close()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _register(spec: str, setup: Any, worker: Worker) -> None:

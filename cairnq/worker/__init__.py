@@ -7,16 +7,17 @@ from cairnq._backoff import (
     retry_delay_ms,
 )
 from cairnq.worker.registry import Handler
-from cairnq.worker.worker import CLAIM_ERROR_BACKOFF_S, OnError, Worker
+from cairnq.worker.worker import CLAIM_ERROR_BACKOFF_S, OnError, Worker, WorkerLoad
 
 from typing import Literal
 
 # 0.15.1's two phases, and ours: a store that survived an error ("store"),
-# a periodic schedule's enqueue ("periodic").
-ErrorPhase = Literal["claim", "execute", "store", "periodic"]
+# a periodic schedule's enqueue ("periodic"), a job run beside the claim loop ("beside").
+ErrorPhase = Literal["claim", "execute", "store", "periodic", "beside"]
 
 __all__ = [
     "Worker",
+    "WorkerLoad",
     "Handler",
     "ErrorPhase",
     "OnError",

@@ -22,7 +22,8 @@ from datetime import timedelta
 from functools import partial
 from operator import attrgetter
 from typing import (
-    TYPE_CHECKING, Any, AsyncContextManager, Callable, Optional, Sequence, TypeVar, Union, overload,
+    TYPE_CHECKING, Any, AsyncContextManager, Awaitable, Callable, NamedTuple, Optional, Sequence,
+    TypeVar, Union, overload,
 )  # fmt: skip
 
 from cairnq._backoff import DEFAULT_RETRY_BACKOFF_MAX_MS, DEFAULT_RETRY_BACKOFF_MS
@@ -54,13 +55,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cairnq.worker")
 
-__all__ = ["Worker", "OnError", "CLAIM_ERROR_BACKOFF_S"]
+__all__ = ["Worker", "WorkerLoad", "OnError", "CLAIM_ERROR_BACKOFF_S"]
 
 OnError = Callable[[BaseException, dict[str, Any]], None]
 CLAIM_ERROR_BACKOFF_S = 0.25
 F = TypeVar("F", bound=Callable[..., Any])
 PeriodicSchedule = Union[str, timedelta]
 _CLAIMED = events.channel("task.claimed")
+_CLAIM = events.channel("claim")
+_clock = time.perf_counter
+_new_tuple = tuple.__new__
 _task_id = attrgetter("id")
 # asyncio.Task(..., eager_start=True) where it exists (3.12+): the task runs
 # its first step at creation, as current task, in its own context, so a
@@ -88,6 +92,19 @@ def _check_arguments(
     check_ints(ints)
     check_callable("on_error", on_error)
     return names, capacities
+
+
+class WorkerLoad(NamedTuple):
+    """What a worker holds right now (``Worker.load()``): for gauges and health
+    checks, read from any thread (plain attribute reads, no lock)."""
+
+    running: bool  # run() is between connecting the store and its drain
+    poll_interval_ms: int
+    concurrency: int  # the run's call limit (0 while not running)
+    calls_in_flight: int  # handler calls not yet returned
+    free_slots: int  # concurrency - calls_in_flight (never negative)
+    payload_bytes_in_flight: int  # JSON size of running payloads (0 unless max_in_flight_bytes)
+    claim_busy_s: float  # how long the claim round trip under way has taken (0: none)
 
 
 class Worker:
@@ -196,6 +213,9 @@ class Worker:
         self._in_flight_bytes = 0
         self._avg_payload_bytes: float | None = None
         self._heartbeats: Heartbeats | None = None
+        self._limit = 0  # the running call limit, for load()
+        self._claim_began: Optional[float] = None  # monotonic start of the claim under way
+        self._beside: list[Callable[["Worker"], Awaitable[None]]] = []
 
     # -- factories ------------------------------------------------------------
 
@@ -243,6 +263,32 @@ class Worker:
     @property
     def store(self) -> TaskStore:
         return self._store
+
+    @property
+    def queues(self) -> list[str]:
+        return list(self._queues)
+
+    def load(self) -> WorkerLoad:
+        """What this worker holds right now (see :class:`WorkerLoad`)."""
+        began = self._claim_began
+        limit = self._limit
+        return WorkerLoad(
+            running=self._stop_event is not None and limit > 0,
+            poll_interval_ms=self._poll_interval_ms,
+            concurrency=limit,
+            calls_in_flight=self._running,
+            free_slots=max(0, limit - self._running),
+            payload_bytes_in_flight=self._in_flight_bytes,
+            claim_busy_s=0.0 if began is None else max(0.0, time.monotonic() - began),
+        )
+
+    def run_beside(self, job: Callable[["Worker"], Awaitable[None]]) -> None:
+        """Run ``job(worker)`` beside the claim loop on every run(), from the
+        store's connect until the drain (it is cancelled then). For samplers
+        that must use the store on the worker's event loop (queue depth for
+        metrics, say). A job that raises is reported to on_error, once."""
+        check_callable("job", job)
+        self._beside.append(job)
 
     @overload
     def task(
@@ -401,7 +447,15 @@ class Worker:
             self._scheduling = True
             if self._scheduler is not None:
                 self._scheduler.start()  # beside the claim loop, until it ends
-            await self._poll_loop(limit)
+            beside = [asyncio.ensure_future(self._run_job(job)) for job in self._beside]
+            self._limit = limit
+            try:
+                await self._poll_loop(limit)
+            finally:
+                self._limit = 0
+                for job_task in beside:
+                    job_task.cancel()
+                await asyncio.gather(*beside, return_exceptions=True)
         finally:
             self._scheduling = False
             if self._scheduler is not None:
@@ -410,6 +464,12 @@ class Worker:
             await self._calls_settled()
             await self._heartbeats.stop()
             self._stopping = False  # the worker can run again
+
+    async def _run_job(self, job: Callable[["Worker"], Awaitable[None]]) -> None:
+        try:
+            await job(self)
+        except Exception as exc:
+            self._report(exc, {"phase": "beside"})
 
     def serve(self, *, concurrency: Optional[int] = None) -> None:
         """Run in this process until SIGINT/SIGTERM (the first drains, a second
@@ -446,6 +506,8 @@ class Worker:
                 continue
             probe = not news_of_work or self._probe_due(probed_at)
             news_of_work = False
+            began = _clock() if _CLAIM.on else None
+            self._claim_began = time.monotonic()
             try:
                 plan = self._planner.plan(free, self._in_use.__getitem__)
                 calls, probed = await self._port.claim(
@@ -453,9 +515,15 @@ class Worker:
                     probe=probe, single_draw=len(self._registry.claim_sources) == 1,
                 )  # fmt: skip
             except Exception as exc:
+                self._claim_began = None
+                if began is not None:
+                    self._report_claim(began, (), exc)
                 self._report(exc, {"phase": "claim"})
                 await self._first_of(asyncio.sleep(CLAIM_ERROR_BACKOFF_S), stop.wait())
                 continue
+            self._claim_began = None
+            if began is not None:
+                self._report_claim(began, calls, None)
             if probed:
                 probed_at = time.monotonic()
             if calls:
@@ -476,6 +544,19 @@ class Worker:
                 # rather than probe at once. Only where news is pushed: a
                 # notification that lands meanwhile is kept for the wait.
                 news_of_work = await self._idle(resource_wake=True)
+
+    def _report_claim(
+        self, began: float, calls: Optional[Sequence[Call]], error: Optional[BaseException]
+    ) -> None:
+        if _CLAIM.on:  # still: a handler may have unsubscribed meanwhile
+            calls = calls or ()  # (a claim that found nothing may answer None)
+            tasks = sum(len(call[1]) for call in calls)
+            _CLAIM.emit(
+                _new_tuple(
+                    events.ClaimEvent,
+                    ("claim", self._worker_id, len(calls), tasks, _clock() - began, error),
+                )
+            )
 
     def _probe_due(self, probed_at: float) -> bool:
         """Whether this claim probes first though told of work: once per poll

@@ -482,15 +482,17 @@ async def test_no_subscriber_builds_and_times_nothing(backend, monkeypatch) -> N
     import cairnq.context
     import cairnq.worker.execution
     import cairnq.worker.heartbeat
+    import cairnq.worker.worker
 
     assert not any(events.channel(kind).on for kind in events.KINDS)
     built = _Counting(tuple.__new__)
     clocks = _Counting(time.perf_counter)
     monkeypatch.setattr(events, "_new_tuple", built)  # events.emit_task builds the task events
-    for module in (cairnq.context, cairnq.worker.execution, cairnq.worker.heartbeat):
+    emitters = (cairnq.context, cairnq.worker.execution, cairnq.worker.heartbeat, cairnq.worker.worker)
+    for module in emitters:
         monkeypatch.setattr(module, "_clock", clocks)
-    monkeypatch.setattr(cairnq.worker.execution, "_new_tuple", built)
-    monkeypatch.setattr(cairnq.worker.heartbeat, "_new_tuple", built)
+    for module in emitters[1:]:
+        monkeypatch.setattr(module, "_new_tuple", built)
 
     await _run_every_kind(backend)
     assert (built.calls, clocks.calls) == (0, 0)
@@ -505,7 +507,7 @@ async def test_no_subscriber_builds_and_times_nothing(backend, monkeypatch) -> N
     assert clocks.calls > 0
     assert {e.kind for e in got} >= {
         "task.claimed", "task.started", "task.succeeded", "task.failed",
-        "task.lease_lost", "batch.settled", "heartbeat",
+        "task.lease_lost", "batch.settled", "heartbeat", "claim",
     }  # fmt: skip
     assert not any(events.channel(kind).on for kind in events.KINDS)
 

@@ -1,0 +1,28 @@
+"""Metrics, health checks and structured logs, fed by :mod:`cairnq.events`.
+
+* ``metrics.py``    the table of every metric (name, type, unit, labels)
+* ``recorder.py``   events -> plain numbers, and the queue-depth sampler
+* ``prometheus.py`` ``/metrics`` and ``/healthz`` (needs ``cairnq[prometheus]``)
+* ``health.py``     what ``/healthz`` checks
+* ``logs.py``       JSON log lines with the task's fields
+
+``serve_metrics`` is imported lazily: ``prometheus_client`` is loaded only
+when metrics are served.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cairnq.observability.prometheus import MetricsServer, serve_metrics
+
+__all__ = ["serve_metrics", "MetricsServer"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("serve_metrics", "MetricsServer"):
+        from cairnq.observability import prometheus
+
+        return getattr(prometheus, name)
+    raise AttributeError(f"module 'cairnq.observability' has no attribute {name!r}")
