@@ -1,0 +1,1 @@
+"""Observability: optional instrumentation built on the ``cairnq.events`` seam and the worker."""
