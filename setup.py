@@ -65,6 +65,7 @@ setup(
         "cairnq.store.ops",
         "cairnq.worker",
         "cairnq.periodic",
+        "cairnq.observability",
         "cairnq.cli",
         "cairnq._speedups",
         "cairnq._protocol",

@@ -148,9 +148,10 @@ async def _drain(
 ) -> dict[str, Any]:
     from cairnq import Worker
 
+    exported = _trace_to_memory() if o.get("tracing") == "memory" else None
     async with _client(dialect, target) as q:
         n = o["drain_n"]
-        await _submit_many(q, n)
+        await _submit_many(q, n)  # traced too: every task carries a producer context
         worker = Worker(q.store, ["default"], concurrency=concurrency, poll_interval_ms=100)
         if batch:
 
@@ -180,7 +181,30 @@ async def _drain(
         await run
         if unsubscribe is not None:
             unsubscribe()
+        if exported is not None:
+            from cairnq.observability import tracing
+
+            tracing.uninstrument()
+            spans = sum(1 for s in exported.get_finished_spans() if s.kind.name == "CONSUMER")
+            assert spans >= n, spans  # every task ran in a recorded span
         return {"value": n / elapsed, "unit": "tasks/s"}
+
+
+def _trace_to_memory() -> Any:
+    """Tracing on, every span recorded by the OpenTelemetry SDK into memory
+    (the cost of tracing with a real pipeline: ``--options '{"tracing": "memory"}'``).
+    Returns the exporter."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from cairnq.observability import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.instrument(provider)
+    return exporter
 
 
 def _subscribe_counter() -> Any:
