@@ -32,7 +32,7 @@ the call is settled.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional, TypeVar
 
 if TYPE_CHECKING:
     from cairnq.context import TaskContext
@@ -41,6 +41,7 @@ __all__ = ["METADATA_KEY", "STATE", "instrument", "uninstrument", "is_instrument
 
 METADATA_KEY = "cairnq.trace"
 SYSTEM = "cairnq"
+T = TypeVar("T")
 
 # A settlement's final status -> the outcome recorded on the span.
 _OUTCOMES = {"succeeded": "succeeded", "queued": "retried", "failed": "failed", "canceled": "canceled"}
@@ -113,7 +114,9 @@ def _otel() -> _Otel:
 # -- producer ------------------------------------------------------------------
 
 
-async def traced_submit(submit: Any, name: str, queue: str, metadata: Any, **kwargs: Any) -> Any:
+async def traced_submit(
+    submit: Callable[..., Awaitable[T]], name: str, queue: str, metadata: Any, **kwargs: Any
+) -> T:
     """Run ``submit(name=..., queue=..., metadata=..., **kwargs)`` (a store's
     submit) in a PRODUCER span, the span's context in the task's metadata."""
     api = _otel()
