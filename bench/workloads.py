@@ -148,7 +148,7 @@ async def _drain(
 ) -> dict[str, Any]:
     from cairnq import Worker
 
-    exported = _trace_to_memory() if o.get("tracing") == "memory" else None
+    exported = _trace_to_memory(o["tracing"]) if o.get("tracing") else None
     async with _client(dialect, target) as q:
         n = o["drain_n"]
         await _submit_many(q, n)  # traced too: every task carries a producer context
@@ -185,24 +185,33 @@ async def _drain(
             from cairnq.observability import tracing
 
             tracing.uninstrument()
+            exported.flush()
             spans = sum(1 for s in exported.get_finished_spans() if s.kind.name == "CONSUMER")
             assert spans >= n, spans  # every task ran in a recorded span
         return {"value": n / elapsed, "unit": "tasks/s"}
 
 
-def _trace_to_memory() -> Any:
+def _trace_to_memory(how: str) -> Any:
     """Tracing on, every span recorded by the OpenTelemetry SDK into memory
-    (the cost of tracing with a real pipeline: ``--options '{"tracing": "memory"}'``).
-    Returns the exporter."""
+    (the cost of tracing with a real pipeline): ``{"tracing": "memory"}``
+    exports each span as it ends (SimpleSpanProcessor), ``"memory-batch"``
+    from the SDK's background thread (BatchSpanProcessor, what production
+    set-ups use). Returns the exporter, with a ``flush()`` for the batch one."""
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from cairnq.observability import tracing
 
+    if how not in ("memory", "memory-batch"):
+        raise ValueError(f"tracing: expected 'memory' or 'memory-batch', got {how!r}")
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    if how == "memory":
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+    else:
+        provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=1 << 20))
+    exporter.flush = provider.force_flush  # type: ignore[attr-defined]
     tracing.instrument(provider)
     return exporter
 

@@ -32,6 +32,7 @@ the call is settled.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional, TypeVar
 
 if TYPE_CHECKING:
@@ -93,6 +94,9 @@ class _Otel:
         self.context = context
         self.trace = trace
         self.propagator = TraceContextTextMapPropagator()
+        self.SpanContext = trace.SpanContext
+        self.TraceFlags = trace.TraceFlags
+        self.TraceState = trace.TraceState
         self.empty = context.Context()
         self.Link = trace.Link
         self.Status = trace.Status
@@ -155,24 +159,39 @@ def _with_trace(api: _Otel, metadata: Any) -> Any:
 # -- consumer ------------------------------------------------------------------
 
 
+# W3C Trace Context, level 1: version-trace_id-parent_id-flags, lowercase hex;
+# a later version may append fields, version 00 may not.
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+
+
 def producer_context(api: _Otel, metadata: Any) -> Any:
-    """The valid SpanContext stored in ``metadata``, or None (absent or malformed)."""
-    carrier = metadata.get(METADATA_KEY) if isinstance(metadata, dict) else None
-    if not isinstance(carrier, dict):
+    """The valid remote SpanContext stored in ``metadata``, or None (absent
+    or malformed: a new trace, never an error)."""
+    carrier = metadata.get(METADATA_KEY) if type(metadata) is dict else None
+    if type(carrier) is not dict:
         return None
     parent = carrier.get("traceparent")
-    if not isinstance(parent, str):
+    if type(parent) is not str:
+        return None
+    match = _TRACEPARENT.fullmatch(parent.strip())
+    if match is None:
+        return None
+    version, trace_hex, span_hex, flags, rest = match.groups()
+    if version == "ff" or (version == "00" and rest):
+        return None
+    trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
+    if not trace_id or not span_id:
         return None
     state = carrier.get("tracestate")
-    clean = {"traceparent": parent}
-    if isinstance(state, str):
-        clean["tracestate"] = state
-    try:
-        extracted = api.propagator.extract(clean, context=api.empty)
-    except Exception:  # a malformed entry is a new trace, never an error
-        return None
-    span_context = api.trace.get_current_span(extracted).get_span_context()
-    return span_context if span_context.is_valid else None
+    trace_state = None
+    if type(state) is str and state:
+        try:
+            trace_state = api.TraceState.from_header([state])
+        except Exception:  # a bad tracestate loses the state, not the trace
+            trace_state = None
+    return api.SpanContext(
+        trace_id, span_id, is_remote=True, trace_flags=api.TraceFlags(int(flags, 16)), trace_state=trace_state
+    )
 
 
 class CallSpan:

@@ -379,3 +379,50 @@ async def test_a_task_from_the_reference_sdk_starts_a_new_trace(backend, exporte
     assert span.attributes["messaging.message.id"] == task_id
     assert span.attributes["cairnq.task.outcome"] == "succeeded"
     assert span.parent is None and list(span.links) == []
+
+
+async def test_tracestate_travels_with_the_traceparent(backend, exporter) -> None:
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+
+    q = backend.client()
+    await q.connect()
+    upstream = SpanContext(
+        0x0AF7651916CD43DD8448EB211C80319C,
+        0xB7AD6B7169203331,
+        is_remote=True,
+        trace_flags=TraceFlags(1),
+        trace_state=TraceState([("vendor", "v1")]),
+    )
+    with trace.use_span(NonRecordingSpan(upstream)):
+        task = await q.submit("t", None)
+    carrier = task.metadata["cairnq.trace"]
+    assert carrier["tracestate"] == "vendor=v1"
+    assert carrier["traceparent"].startswith("00-0af7651916cd43dd8448eb211c80319c-")
+    exporter.clear()
+    await _drain(backend, q, ("t",), 1)
+    [span] = exporter.get_finished_spans()
+    assert span.context.trace_id == upstream.trace_id
+    assert span.parent is not None and span.parent.trace_state.get("vendor") == "v1"
+
+
+@pytest.mark.parametrize(
+    "traceparent, valid",
+    [
+        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", True),
+        ("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-later", True),  # a later version may add fields
+        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-later", False),
+        ("ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", False),
+        ("00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01", False),  # uppercase
+        ("00-" + "0" * 32 + "-b7ad6b7169203331-01", False),
+        ("00-0af7651916cd43dd8448eb211c80319c-" + "0" * 16 + "-01", False),
+        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b716920333-01", False),
+        ("", False),
+    ],
+)
+def test_traceparent_rules(traceparent: str, valid: bool) -> None:
+    api = tracing._otel()
+    found = tracing.producer_context(api, {"cairnq.trace": {"traceparent": traceparent}})
+    assert (found is not None) == valid
+    if valid:
+        assert found.is_valid and found.is_remote and found.span_id == 0xB7AD6B7169203331
