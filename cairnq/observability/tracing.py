@@ -33,10 +33,11 @@ the call is settled.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional, TypeVar
+from typing import Any, Awaitable, Callable, Optional, TypeVar
 
-if TYPE_CHECKING:
-    from cairnq.context import TaskContext
+# A context is typed Any here: cairnq.context imports this module, never the
+# other way round (the contexts are only handed in).
+TaskContext = Any
 
 __all__ = ["METADATA_KEY", "STATE", "instrument", "uninstrument", "is_instrumented"]
 
