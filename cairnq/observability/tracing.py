@@ -150,7 +150,7 @@ def _with_trace(api: _Otel, metadata: Any) -> Any:
         return metadata
     carrier: dict[str, str] = {}
     api.propagator.inject(carrier)
-    if not carrier:  # no recording span (e.g. a provider that samples nothing)
+    if not carrier:  # no valid span context (e.g. the API with no SDK behind it)
         return metadata
     out = dict(metadata) if metadata else {}
     out[METADATA_KEY] = carrier
