@@ -120,7 +120,7 @@ async def run_call(
             raised: Optional[BaseException] = None
         except LostLease as exc:
             hold.handler_done()
-            if _LEASE_LOST.on or _BATCH_SETTLED.on:
+            if _LEASE_LOST.on or _BATCH_SETTLED.on or type(hold) is tracing.CallSpan:
                 _report_dropped(reg, contexts, started, exc)
             return  # we no longer own these tasks: write nothing
         except Exception as exc:  # the handler failed: settled below

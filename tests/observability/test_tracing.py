@@ -426,3 +426,42 @@ def test_traceparent_rules(traceparent: str, valid: bool) -> None:
     assert (found is not None) == valid
     if valid:
         assert found.is_valid and found.is_remote and found.span_id == 0xB7AD6B7169203331
+
+
+async def test_canceled_and_lease_lost_outcomes(backend, exporter) -> None:
+    from cairnq.errors import LostLease
+
+    q = backend.client()
+    await q.connect()
+    w = backend.worker(poll_interval_ms=20, store=q.store)
+    started = asyncio.Event()
+
+    @w.task("waits")
+    async def waits(ctx: Any, payload: Any) -> Any:
+        started.set()
+        while not await ctx.canceled():
+            await asyncio.sleep(0.02)
+        return "done anyway"  # the cancel request wins over this result
+
+    @w.task("gone")
+    async def gone(ctx: Any, payload: Any) -> Any:
+        raise LostLease(ctx.task_id)
+
+    run = asyncio.ensure_future(w.run())
+    try:
+        waiting = await q.submit("waits", None)
+        await asyncio.wait_for(started.wait(), 20)
+        await q.cancel(waiting.id)
+        assert (await q.wait(waiting.id, timeout_ms=20_000)).status == "canceled"
+        await q.submit("gone", None)
+        while len([s for s in exporter.get_finished_spans() if s.kind is SpanKind.CONSUMER]) < 2:
+            await asyncio.sleep(0.02)
+    finally:
+        w.stop()
+        await run
+    outcomes = {
+        s.attributes["cairnq.task.name"]: (s.attributes["cairnq.task.outcome"], s.status.status_code)
+        for s in exporter.get_finished_spans()
+        if s.kind is SpanKind.CONSUMER
+    }
+    assert outcomes == {"waits": ("canceled", StatusCode.UNSET), "gone": ("lease_lost", StatusCode.UNSET)}
