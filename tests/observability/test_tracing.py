@@ -465,3 +465,25 @@ async def test_canceled_and_lease_lost_outcomes(backend, exporter) -> None:
         if s.kind is SpanKind.CONSUMER
     }
     assert outcomes == {"waits": ("canceled", StatusCode.UNSET), "gone": ("lease_lost", StatusCode.UNSET)}
+
+
+async def test_a_plain_def_handler_runs_in_the_consumer_span(backend, exporter) -> None:
+    from opentelemetry import trace
+
+    q = backend.client()
+    await q.connect()
+    w = backend.worker(poll_interval_ms=20, store=q.store)
+    seen: list[bool] = []
+
+    @w.task("sync")
+    def sync(ctx: Any, payload: Any) -> Any:  # runs in a thread
+        seen.append(trace.get_current_span() is ctx.span and ctx.span.is_recording())
+        return payload
+
+    run = asyncio.ensure_future(w.run())
+    try:
+        assert await q.call("sync", 3, timeout_ms=20_000) == 3
+    finally:
+        w.stop()
+        await run
+    assert seen == [True]
