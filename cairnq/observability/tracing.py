@@ -32,6 +32,7 @@ the call is settled.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any, Awaitable, Callable, Optional, TypeVar
 
@@ -40,6 +41,8 @@ from typing import Any, Awaitable, Callable, Optional, TypeVar
 TaskContext = Any
 
 __all__ = ["METADATA_KEY", "STATE", "instrument", "uninstrument", "is_instrumented"]
+
+log = logging.getLogger("cairnq.tracing")
 
 METADATA_KEY = "cairnq.trace"
 SYSTEM = "cairnq"
@@ -277,9 +280,13 @@ async def run_traced(run: Any, settings: Any, reg: Any, contexts: list[TaskConte
         else:
             links = [api.Link(producer)]
             parent = api.trace.set_span_in_context(api.trace.NonRecordingSpan(producer))
-    span = STATE.tracer.start_span(
-        f"{reg.name} process", context=parent, kind=api.CONSUMER, attributes=attributes, links=links
-    )
+    try:
+        span = STATE.tracer.start_span(
+            f"{reg.name} process", context=parent, kind=api.CONSUMER, attributes=attributes, links=links
+        )
+    except Exception:  # a provider that breaks its promise not to raise: run the call untraced
+        log.exception("cairnq tracing: starting the span for %r failed", reg.name)
+        span = api.trace.INVALID_SPAN
     call_span = CallSpan(span, hold, batch)
     for ctx in contexts:
         ctx._span = call_span

@@ -487,3 +487,38 @@ async def test_a_plain_def_handler_runs_in_the_consumer_span(backend, exporter) 
         w.stop()
         await run
     assert seen == [True]
+
+
+async def test_a_provider_that_raises_leaves_the_task_running_untraced(backend, caplog) -> None:
+    from opentelemetry.trace import NoOpTracerProvider
+
+    class Broken(NoOpTracerProvider):
+        def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+            tracer = super().get_tracer(*args, **kwargs)
+
+            class Raising(type(tracer)):  # type: ignore[misc]
+                def start_span(self, *a: Any, **k: Any) -> Any:
+                    raise RuntimeError("broken provider")
+
+            return Raising()
+
+    q = backend.client()
+    await q.connect()
+    task = await q.submit("t", 1)  # submitted before tracing: only the worker side is traced
+    tracing.instrument(Broken())
+    try:
+        w = backend.worker(poll_interval_ms=20, store=q.store)
+
+        @w.task("t")
+        async def t(ctx: Any, payload: Any) -> Any:
+            return payload + 1
+
+        run = asyncio.ensure_future(w.run())
+        try:
+            assert (await q.wait(task.id, timeout_ms=20_000)).result == 2
+        finally:
+            w.stop()
+            await run
+    finally:
+        tracing.uninstrument()
+    assert "starting the span for 't' failed" in caplog.text
