@@ -522,3 +522,29 @@ async def test_a_provider_that_raises_leaves_the_task_running_untraced(backend, 
     finally:
         tracing.uninstrument()
     assert "starting the span for 't' failed" in caplog.text
+
+
+async def test_a_handler_past_max_run_ms_ends_its_span_with_an_error(backend, exporter) -> None:
+    from opentelemetry import trace
+
+    q = backend.client()
+    await q.connect()
+    w = backend.worker(poll_interval_ms=20, store=q.store, max_run_ms=100)
+    current: list[bool] = []
+
+    @w.task("slow")
+    async def slow(ctx: Any, payload: Any) -> Any:
+        current.append(trace.get_current_span() is ctx.span)  # through the timeout's own task
+        await asyncio.sleep(5)
+
+    task = await q.submit("slow", None, max_attempts=1)
+    run = asyncio.ensure_future(w.run())
+    try:
+        assert (await q.wait(task.id, timeout_ms=20_000)).status == "failed"
+    finally:
+        w.stop()
+        await run
+    [span] = [s for s in exporter.get_finished_spans() if s.kind is SpanKind.CONSUMER]
+    assert current == [True]
+    assert span.attributes["cairnq.task.outcome"] == "failed"
+    assert span.status.status_code is StatusCode.ERROR and "max_run_ms" in (span.status.description or "")
