@@ -548,3 +548,32 @@ async def test_a_handler_past_max_run_ms_ends_its_span_with_an_error(backend, ex
     assert current == [True]
     assert span.attributes["cairnq.task.outcome"] == "failed"
     assert span.status.status_code is StatusCode.ERROR and "max_run_ms" in (span.status.description or "")
+
+
+async def test_a_failing_batch_records_each_task_and_the_error(backend, exporter) -> None:
+    q = backend.client()
+    await q.connect()
+    ids = [(await q.submit("b", i, max_attempts=1)).id for i in range(3)]
+    w = backend.worker(poll_interval_ms=20, store=q.store)
+
+    @w.task("b", batch=3)
+    async def b(contexts: Any) -> Any:
+        raise KeyError("batch broke")
+
+    run = asyncio.ensure_future(w.run())
+    try:
+        for task_id in ids:
+            assert (await q.wait(task_id, timeout_ms=20_000)).status == "failed"
+    finally:
+        w.stop()
+        await run
+    spans = [s for s in exporter.get_finished_spans() if s.kind is SpanKind.CONSUMER]
+    assert sum(s.attributes["messaging.batch.message_count"] for s in spans) == 3
+    settled = {}
+    for span in spans:
+        assert span.status.status_code is StatusCode.ERROR
+        assert len(span.links) == span.attributes["messaging.batch.message_count"]
+        assert [e.name for e in span.events][0] == "exception"
+        for event in span.events[1:]:
+            settled[event.attributes["messaging.message.id"]] = event.attributes["cairnq.task.outcome"]
+    assert settled == {task_id: "failed" for task_id in ids}
