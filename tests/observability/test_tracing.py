@@ -577,3 +577,40 @@ async def test_a_failing_batch_records_each_task_and_the_error(backend, exporter
         for event in span.events[1:]:
             settled[event.attributes["messaging.message.id"]] = event.attributes["cairnq.task.outcome"]
     assert settled == {task_id: "failed" for task_id in ids}
+
+
+def test_opentelemetry_is_not_imported_while_tracing_is_off(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = """
+import asyncio, sys
+import cairnq
+
+async def main():
+    async with cairnq.CairnQ.sqlite(sys.argv[1]) as q:
+        w = cairnq.Worker(q.store, ["default"], poll_interval_ms=20)
+
+        @w.task("t")
+        async def t(ctx, payload):
+            return (await ctx.submit("u", None)).id
+
+        @w.task("u")
+        async def u(ctx, payload):
+            return None
+
+        run = asyncio.ensure_future(w.run())
+        child = await q.call("t", None, timeout_ms=20_000)
+        await q.wait(child, timeout_ms=20_000)
+        w.stop()
+        await run
+
+asyncio.run(main())
+loaded = sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry")
+assert loaded == [], loaded
+print("ok")
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "q.db")], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
