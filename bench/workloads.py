@@ -148,9 +148,11 @@ async def _drain(
 ) -> dict[str, Any]:
     from cairnq import Worker
 
+    floor = _bare_span_per_task() if o.get("tracing") == "floor" else None
+    exported = _trace_to_memory(o["tracing"]) if o.get("tracing") and floor is None else None
     async with _client(dialect, target) as q:
         n = o["drain_n"]
-        await _submit_many(q, n)
+        await _submit_many(q, n)  # traced too: every task carries a producer context
         worker = Worker(q.store, ["default"], concurrency=concurrency, poll_interval_ms=100)
         if batch:
 
@@ -168,6 +170,8 @@ async def _drain(
                     end = time.perf_counter() + 0.001  # 1 ms of CPU, holding the loop
                     while time.perf_counter() < end:
                         pass
+                if floor is not None:
+                    floor()
                 return {"i": payload["i"]} if distinct else None
 
         unsubscribe = _subscribe_counter() if o.get("events") == "count" else None
@@ -187,6 +191,13 @@ async def _drain(
             unsubscribe()
         if metrics is not None:
             metrics()
+        if exported is not None:
+            from cairnq.observability import tracing
+
+            tracing.uninstrument()
+            exported.flush()
+            spans = sum(1 for s in exported.get_finished_spans() if s.kind.name == "CONSUMER")
+            assert spans >= n, spans  # every task ran in a recorded span
         return {"value": n / elapsed, "unit": "tasks/s"}
 
 
@@ -220,6 +231,49 @@ def _serve_metrics(worker: Any, scrape_s: float) -> Callable[[], None]:
         server.close()
 
     return stop
+
+
+def _bare_span_per_task() -> Callable[[], None]:
+    """The floor of tracing a task with the OpenTelemetry SDK: cairnq's
+    tracing off, the handler starts and ends one bare span (no attributes,
+    no links) recorded into memory (``{"tracing": "floor"}``)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    tracer = provider.get_tracer("floor")
+
+    def one_span() -> None:
+        tracer.start_span("noop").end()
+
+    return one_span
+
+
+def _trace_to_memory(how: str) -> Any:
+    """Tracing on, every span recorded by the OpenTelemetry SDK into memory
+    (the cost of tracing with a real pipeline): ``{"tracing": "memory"}``
+    exports each span as it ends (SimpleSpanProcessor), ``"memory-batch"``
+    from the SDK's background thread (BatchSpanProcessor, what production
+    set-ups use). Returns the exporter, with a ``flush()`` for the batch one."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from cairnq.observability import tracing
+
+    if how not in ("memory", "memory-batch"):
+        raise ValueError(f"tracing: expected 'memory' or 'memory-batch', got {how!r}")
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    if how == "memory":
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+    else:
+        provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=1 << 20))
+    exporter.flush = provider.force_flush  # type: ignore[attr-defined]
+    tracing.instrument(provider)
+    return exporter
 
 
 def _subscribe_counter() -> Any:

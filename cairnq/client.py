@@ -15,12 +15,15 @@ from cairnq._wait import (
 from cairnq.backpressure import DEFAULT_MAX_WAIT_MS, QueueDepthLimit
 from cairnq.errors import TaskCanceled, TaskFailed
 from cairnq.models import Task, TaskDef, TaskRef, TaskStatus, task_name
+from cairnq.observability import tracing
 from cairnq.retention import Retention, RetentionSweeper
 from cairnq.store.base import Conflict, TaskStore
 from cairnq.store.factory import postgres_store, sqlite_store
 from cairnq.watch import Watch
 
 __all__ = ["CairnQ"]
+
+_TRACING = tracing.STATE
 
 
 class CairnQ:
@@ -109,7 +112,22 @@ class CairnQ:
         """Enqueue a task. With ``key``, ``conflict`` decides what an existing
         task under that key means: ``reuse`` (return it while queued/running),
         ``reuse-succeeded`` (also when succeeded), ``reject`` (AlreadyExists),
-        ``replace`` (cancel it, enqueue anew)."""
+        ``replace`` (cancel it, enqueue anew). While tracing is on
+        (``cairnq.observability.tracing``) it runs in a PRODUCER span whose
+        context the task carries in ``metadata["cairnq.trace"]``."""
+        if _TRACING.on:
+            return await tracing.traced_submit(
+                self._store.submit,
+                task_name(name),
+                queue,
+                metadata,
+                payload=payload,
+                key=key,
+                conflict=conflict,
+                max_attempts=max_attempts,
+                priority=priority,
+                delay_ms=delay_ms,
+            )
         return await self._store.submit(
             name=task_name(name),
             payload=payload,

@@ -27,8 +27,11 @@ from cairnq._backoff import DEFAULT_RETRY_BACKOFF_MAX_MS, DEFAULT_RETRY_BACKOFF_
 from cairnq._wait import DEFAULT_POLL_MS, MAX_POLL_MS, poll_wait
 from cairnq.errors import LostLease, as_envelope
 from cairnq.models import Task, TaskDef, task_name
+from cairnq.observability import tracing
+from cairnq.observability.tracing import settled_outcome
 
 if TYPE_CHECKING:
+    from cairnq.observability.tracing import CallSpan
     from cairnq.store.base import TaskStore
 
 __all__ = ["TaskContext"]
@@ -51,6 +54,7 @@ _BY_STATUS = {
     "failed": events.channel("task.failed"),
     "canceled": events.channel("task.canceled"),
 }
+_TRACING = tracing.STATE
 _clock = time.perf_counter
 _emit_task = events.emit_task
 
@@ -64,6 +68,8 @@ class TaskContext:
     _lost = False
     _settled = False
     _lease_event: Optional[asyncio.Event] = None
+    # The call's consumer span while tracing is on (cairnq.observability.tracing).
+    _span: Optional[CallSpan] = None
 
     def __init__(
         self,
@@ -125,6 +131,13 @@ class TaskContext:
         return self._task.payload
 
     @property
+    def span(self) -> Any:
+        """The OpenTelemetry span this task runs in (the call's CONSUMER span,
+        also the current span while the handler runs), for attributes and
+        events of the handler's own; None while tracing is off."""
+        return None if self._span is None else self._span.span
+
+    @property
     def settled(self) -> bool:
         """True once the task was finalized, by the handler or by the worker."""
         return self._settled
@@ -149,8 +162,11 @@ class TaskContext:
     # 0.15.1, which called them.
 
     def _mark_lease_lost(self) -> None:
-        if not self._lost and _LEASE_LOST.on:
-            _emit(_LEASE_LOST, self, None)
+        if not self._lost:
+            if _LEASE_LOST.on:
+                _emit(_LEASE_LOST, self, None)
+            if self._span is not None:
+                self._span.outcome(self, "lease_lost")
         self._lost = True
         if self._lease_event is not None:
             self._lease_event.set()
@@ -230,8 +246,8 @@ class TaskContext:
             )
         )
         self._settled = True
-        if _SETTLED.on:
-            _emit_settled(self, getattr(task, "status", None) or "succeeded", None)
+        if _SETTLED.on or self._span is not None:
+            _settled(self, getattr(task, "status", None) or "succeeded", None)
         return task
 
     async def succeed_in(self, write: Callable[[Any], Awaitable[Any]]) -> Optional[Task]:
@@ -247,8 +263,8 @@ class TaskContext:
         )
         self._observe(task)
         self._settled = True
-        if _SETTLED.on:
-            _emit_settled(self, getattr(task, "status", None) or "succeeded", None)
+        if _SETTLED.on or self._span is not None:
+            _settled(self, getattr(task, "status", None) or "succeeded", None)
         return task
 
     async def fail(self, error: Any = "task failed", *, retryable: bool = True) -> Optional[Task]:
@@ -276,8 +292,8 @@ class TaskContext:
             )
         )
         self._settled = True
-        if _SETTLED.on:
-            _emit_settled(self, _failed_status(self, task, retryable), envelope)
+        if _SETTLED.on or self._span is not None:
+            _settled(self, _failed_status(self, task, retryable), envelope)
         return task
 
     async def submit(
@@ -290,7 +306,22 @@ class TaskContext:
         for wired in ("parent_id", "root_id", "correlation_id"):
             if wired in kwargs:
                 raise TypeError(f"ctx.submit() sets {wired} itself")
-        return await self._store.submit(
+        submit = self._store.submit
+        if _TRACING.on:
+            queue = kwargs.pop("queue", "default")
+            metadata = kwargs.pop("metadata", None)
+            return await tracing.traced_submit(
+                submit,
+                task_name(name),
+                queue,
+                metadata,
+                payload=payload,
+                parent_id=self._task.id,
+                root_id=self._task.root_id or self._task.id,
+                correlation_id=self._task.correlation_id,
+                **kwargs,
+            )
+        return await submit(
             name=task_name(name),
             payload=payload,
             parent_id=self._task.id,
@@ -372,16 +403,16 @@ def mark_completed(ctx: TaskContext, status: str) -> None:
     ctx._settled = True
     if status == "canceled":
         ctx._cancel_seen = True
-    if _SETTLED.on:
-        _emit_settled(ctx, status, None)
+    if _SETTLED.on or ctx._span is not None:
+        _settled(ctx, status, None)
 
 
 def mark_failed(ctx: TaskContext, answer: Any, envelope: dict[str, Any], retryable: bool) -> None:
     """The worker's failure write for ``ctx`` is done; ``answer``: what the
     store returned (the row: its status says retried, failed or canceled)."""
     ctx._settled = True
-    if _SETTLED.on:
-        _emit_settled(ctx, _failed_status(ctx, answer, retryable), envelope)
+    if _SETTLED.on or ctx._span is not None:
+        _settled(ctx, _failed_status(ctx, answer, retryable), envelope)
 
 
 def mark_settled(ctx: TaskContext) -> None:
@@ -414,8 +445,11 @@ def report_lease_gone(ctx: TaskContext) -> None:
     LostLease, or a failure write found somebody else's lease): emits
     ``task.lease_lost`` unless the context already reported its loss. Leaves
     the context's state as it is."""
-    if not ctx._lost and not ctx._settled and _LEASE_LOST.on:
-        _emit(_LEASE_LOST, ctx, None)
+    if not ctx._lost and not ctx._settled:
+        if _LEASE_LOST.on:
+            _emit(_LEASE_LOST, ctx, None)
+        if ctx._span is not None:
+            ctx._span.outcome(ctx, "lease_lost")
 
 
 def _failed_status(ctx: TaskContext, answer: Any, retryable: bool) -> str:
@@ -425,6 +459,14 @@ def _failed_status(ctx: TaskContext, answer: Any, retryable: bool) -> str:
     # A wrapped store that does not hand the row back: what the statement does.
     task = ctx._task
     return "queued" if retryable and task.attempt < task.max_attempts else "failed"
+
+
+def _settled(ctx: TaskContext, status: str, error: Optional[dict[str, Any]]) -> None:
+    """A settlement: its event (if anybody listens) and its span's outcome (if traced)."""
+    if _SETTLED.on:
+        _emit_settled(ctx, status, error)
+    if ctx._span is not None:
+        settled_outcome(ctx._span, ctx, status, error)
 
 
 def _emit_settled(ctx: TaskContext, status: str, error: Optional[dict[str, Any]]) -> None:

@@ -5,6 +5,7 @@
 * ``prometheus.py`` ``/metrics`` and ``/healthz`` (needs ``cairnq[prometheus]``)
 * ``health.py``     what ``/healthz`` checks
 * ``logs.py``       JSON log lines with the task's fields
+* ``tracing.py``    OpenTelemetry spans (needs ``cairnq[otel]``; ``instrument()``)
 
 ``serve_metrics`` is imported lazily: ``prometheus_client`` is loaded only
 when metrics are served.

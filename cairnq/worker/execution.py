@@ -49,6 +49,7 @@ from cairnq.errors import (
     error_envelope,
     exception_envelope,
 )
+from cairnq.observability import tracing
 from cairnq.worker.registry import Registration
 from cairnq.worker.store_port import StorePort
 
@@ -58,6 +59,7 @@ Report = Callable[[BaseException, dict[str, Any]], None]
 
 _BATCH_SETTLED = events.channel("batch.settled")
 _LEASE_LOST = events.channel("task.lease_lost")
+_TRACING = tracing.STATE  # its ``on``: the one read a call pays while tracing is off
 _clock = time.perf_counter
 _new_tuple = tuple.__new__
 
@@ -100,6 +102,10 @@ async def run_call(
     coroutine ended (a lone completion is handed to the worker's coalesced
     completions and the call's task ends at once). Never raises but for
     cancellation: what goes wrong is reported."""
+    if _TRACING.on and type(hold) is not tracing.CallSpan:
+        # Again, inside a consumer span that stands in for the hold.
+        await tracing.run_traced(run_call, settings, reg, contexts, hold)
+        return
     handed_off = False
     try:
         started = mark_started(contexts) if RUN_TIMED.on else None
@@ -114,11 +120,13 @@ async def run_call(
             raised: Optional[BaseException] = None
         except LostLease as exc:
             hold.handler_done()
-            if _LEASE_LOST.on or _BATCH_SETTLED.on:
+            if _LEASE_LOST.on or _BATCH_SETTLED.on or type(hold) is tracing.CallSpan:
                 _report_dropped(reg, contexts, started, exc)
             return  # we no longer own these tasks: write nothing
         except Exception as exc:  # the handler failed: settled below
             outcome, raised = None, exc
+            if type(hold) is tracing.CallSpan:
+                hold.error(exc)
         hold.handler_done()
         if started is not None and reg.style == "batch" and _BATCH_SETTLED.on:
             _report_batch(settings, reg, contexts, started, raised, outcome)
