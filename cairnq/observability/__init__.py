@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from cairnq.observability.prometheus import MetricsServer, serve_metrics
 
-__all__ = ["serve_metrics", "MetricsServer"]
+# serve_metrics and MetricsServer resolve lazily (below), so they are not in
+# __all__: a star import or a documentation tool would load prometheus_client.
+__all__: list[str] = []
 
 
 def __getattr__(name: str) -> Any:

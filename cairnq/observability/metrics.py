@@ -11,7 +11,8 @@ Label values are bounded: queues, task names, statuses, statement names and
 dialects. Task ids, keys and payloads are never labels.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: Metric's annotations are evaluated
+# here, so tools that read them (the API reference) resolve them.
 
 from typing import Literal, NamedTuple
 
