@@ -28,6 +28,19 @@ def append(path, record):
 """
 
 
+def die_with_parent() -> None:
+    """A ``preexec_fn``: on Linux, the child gets SIGTERM when the process
+    that started it (this test run) dies, so a test run killed outright
+    leaves no long-lived process behind (elsewhere: nothing)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal as signals
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signals.SIGTERM), 0, 0, 0)
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The complete lines of a JSON-lines log (a line cut short by a kill, or
     still being written, is skipped)."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from processes import until, wait_exit
+from processes import die_with_parent, until, wait_exit
 
 from cairnq.cli.main import main
 from cairnq.cli.worker import MAX_PROCESSES, processes_count, usable_cores
@@ -68,6 +68,7 @@ class Supervisor:
                 stderr=subprocess.STDOUT,
                 env={k: v for k, v in os.environ.items() if k != "CAIRNQ_DB"},
                 start_new_session=True,  # a process group of its own, as a shell job has
+                preexec_fn=die_with_parent,  # a test run killed outright takes it along
             )
         return self.proc
 
