@@ -18,8 +18,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cairnq.observability.otel_metrics import OtelMetrics, instrument_metrics
-    from cairnq.observability.prometheus import MetricsServer, serve_metrics
+    # "X as X": an explicit re-export, so mypy --strict lets importers name them.
+    from cairnq.observability.otel_metrics import OtelMetrics as OtelMetrics
+    from cairnq.observability.otel_metrics import instrument_metrics as instrument_metrics
+    from cairnq.observability.prometheus import MetricsServer as MetricsServer
+    from cairnq.observability.prometheus import serve_metrics as serve_metrics
 
 # These resolve lazily (below), so they are not in __all__: a star import or a
 # documentation tool would load prometheus_client or OpenTelemetry.
