@@ -38,7 +38,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from cairnq import events
-from cairnq.observability.metrics import BY_NAME, STATEMENT_METRICS
+from cairnq.observability.metrics import BY_NAME, QUEUE, STATEMENT_METRICS, STATUS
 from cairnq.observability.recorder import LATENCY_BUCKETS, WAIT_BUCKETS, Recorder
 
 if TYPE_CHECKING:
@@ -60,7 +60,9 @@ Callback = Callable[[CallbackOptions], Iterable[Observation]]
 
 
 def _task_attributes(queue: str, name: str) -> Attributes:
-    return {"messaging.system": SYSTEM, "messaging.destination.name": queue, "cairnq.task.name": name}
+    return {
+        "messaging.system": SYSTEM, "messaging.destination.name": queue, "cairnq.task.name": name,
+    }  # fmt: skip
 
 
 def _statement_attributes(statement: str, dialect: str) -> Attributes:
@@ -147,7 +149,7 @@ class OtelMetrics:
         if self._closed:
             return []
         return [
-            Observation(count, {**_SYSTEM_ONLY, "messaging.destination.name": queue, "cairnq.task.status": status})
+            Observation(count, {**_SYSTEM_ONLY, QUEUE: queue, STATUS: status})
             for (queue, status), count in sorted(self.recorder.depth.items())
         ]
 

@@ -85,8 +85,8 @@ async def test_a_drain_is_counted_with_the_documented_names_and_attributes(backe
                     p for p in metrics["cairnq.queue.depth"].data.data_points
                     if p.attributes.get("cairnq.task.status") == "succeeded" and p.value == 12
                 ] if "cairnq.queue.depth" in metrics else []  # fmt: skip
-                failed = [p for p in metrics["cairnq.tasks.failed"].data.data_points if p.value == 5]
-                return metrics if depth and failed else None
+                failed = [p.value for p in metrics["cairnq.tasks.failed"].data.data_points]
+                return metrics if depth and 5 in failed else None
 
             metrics = await eventually(drained_and_sampled, what="the drain and a depth sample")
     finally:
