@@ -10,6 +10,7 @@ process feeds them; the gauges read the one worker given.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from bisect import bisect_left
 from typing import TYPE_CHECKING, Callable, Optional
@@ -204,9 +205,12 @@ class Recorder:
         on the worker's loop (``worker.run_beside(recorder.sample)``)."""
         interval = self.sample_interval_s
         queues = set(worker.queues)
+        file = _DatabaseFile.of(worker.store)
         while not self._closed:
             try:
                 stats = await asyncio.wait_for(worker.store.stats(), timeout=max(1.0, interval))
+                if file is not None:
+                    file.check()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -222,8 +226,49 @@ class Recorder:
             await asyncio.sleep(interval)
 
 
+class DatabaseFileGone(Exception):
+    """The SQLite file the worker has open is no longer at its path."""
+
+
+class _DatabaseFile:
+    """A SQLite worker keeps its connection to the file it opened, whatever
+    happens to the name: if the file is removed or replaced (a restore that
+    moves another file into place), the worker goes on reading and writing a
+    file nobody else sees, and its work is lost when it closes. The sampler
+    compares the file at the path with the one seen at the first sample."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.identity: Optional[tuple[int, int]] = None
+
+    @classmethod
+    def of(cls, store: object) -> "Optional[_DatabaseFile]":
+        from cairnq.store.sqlite import SQLiteStore
+        from cairnq.store.sqlite.opening import is_memory_path
+
+        if not isinstance(store, SQLiteStore):
+            return None
+        path = store.path
+        if not path or path.startswith("file:") or is_memory_path(path):
+            return None
+        return cls(os.path.abspath(path))
+
+    def check(self) -> None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise DatabaseFileGone(f"the database file {self.path} was removed") from None
+        identity = (st.st_dev, st.st_ino)
+        if self.identity is None:
+            self.identity = identity
+        elif identity != self.identity:
+            raise DatabaseFileGone(f"the database file {self.path} was replaced by another file")
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, asyncio.TimeoutError):
         return "stats() timed out"
+    if isinstance(exc, DatabaseFileGone):
+        return str(exc)
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".strip().rstrip(":")
