@@ -21,10 +21,10 @@ import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-_TEXT = "text/plain; charset=utf-8"
-_NOT_FOUND = b"not found: try /metrics or /healthz\n"
+from cairnq.observability.endpoint import handler_class
+
 
 __all__ = ["announce", "Aggregator"]
 
@@ -166,28 +166,7 @@ class Aggregator:
         return (not problems, "; ".join(problems) or "ok")
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        aggregator = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    body = aggregator.metrics().encode()
-                    self._reply(200, "text/plain; version=0.0.4; charset=utf-8", body)
-                elif path == "/healthz":
-                    ok, reason = aggregator.health()
-                    self._reply(200 if ok else 503, _TEXT, (reason + "\n").encode())
-                else:
-                    self._reply(404, _TEXT, _NOT_FOUND)
-
-            def _reply(self, status: int, content_type: str, body: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        return Handler
+        return handler_class(
+            lambda: ("text/plain; version=0.0.4; charset=utf-8", self.metrics().encode()),
+            self.health,
+        )

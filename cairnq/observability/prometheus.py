@@ -23,14 +23,13 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from cairnq.observability import health
+from cairnq.observability.endpoint import handler_class
 from cairnq.observability.metrics import BY_NAME, STATEMENT_METRICS, label_name, prometheus_name
 from cairnq.observability.recorder import TASK_COUNTERS, Histogram, Recorder
 
 if TYPE_CHECKING:
     from cairnq.worker import Worker
 
-_TEXT = "text/plain; charset=utf-8"
-_NOT_FOUND = b"not found: try /metrics or /healthz\n"
 
 __all__ = ["CairnqCollector", "MetricsServer", "serve_metrics"]
 
@@ -186,29 +185,11 @@ class MetricsServer:
 
 
 def _handler_class(server: MetricsServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._reply(200, CONTENT_TYPE_LATEST, generate_latest(server.registry))
-            elif path == "/healthz":
-                state = server.health()
-                body = (state.reason + "\n").encode()
-                self._reply(200 if state.ok else 503, _TEXT, body)
-            else:
-                self._reply(404, _TEXT, _NOT_FOUND)
+    def health() -> tuple[bool, str]:
+        state = server.health()
+        return state.ok, state.reason
 
-        def _reply(self, status: int, content_type: str, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # scrapes every few seconds would drown the worker's own log
-
-    return Handler
+    return handler_class(lambda: (CONTENT_TYPE_LATEST, generate_latest(server.registry)), health)
 
 
 def serve_metrics(
