@@ -15,9 +15,9 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional
 
-from cairnq._ids import new_ulid, now_ms
+from cairnq._ids import now_ms
 from cairnq.models import STATUSES, TERMINAL, Task, TaskStatus
-from cairnq.store.ops.browse import ID_CEILING, ID_FLOOR, BrowseOrder, Keyset
+from cairnq.store.ops.browse import BrowseOrder, Keyset
 
 if TYPE_CHECKING:
     from cairnq.client import CairnQ
@@ -157,12 +157,6 @@ def _field(query: Mapping[str, str], name: str) -> Optional[str]:
     return value
 
 
-def _id_bound(ms: int) -> str:
-    """A string that sorts before every task id created at ``ms`` or later
-    and after every one created earlier: ``task_`` and the ULID's time part."""
-    return "task_" + new_ulid(ms)[:10]
-
-
 def _encode_cursor(keyset: Keyset) -> str:
     completed, task_id = keyset
     raw = f"{'' if completed is None else completed}|{task_id}".encode()
@@ -219,8 +213,8 @@ async def task_page(
         name=flt.name,
         root_id=flt.root_id,
         correlation_id=flt.correlation_id,
-        id_above=ID_FLOOR if flt.created_from_ms is None else _id_bound(flt.created_from_ms),
-        id_below=ID_CEILING if flt.created_to_ms is None else _id_bound(flt.created_to_ms),
+        created_from_ms=flt.created_from_ms,
+        created_to_ms=flt.created_to_ms,
         after=after,
         limit=limit + 1,
     )
