@@ -36,6 +36,9 @@ ID_CEILING = "task_ZZZZZZZZZZZZZZZZZZZZZZZZZZZ"
 # completion time is None for the creation-ordered pages.
 Keyset = tuple[Optional[int], str]
 _PAGE_MAX = 10_000
+# Rare among a long history: listed from the status index and sorted, not
+# by walking the primary key past every finished task.
+_UNFINISHED = ("queued", "running")
 _ULID_TIME_MAX = 2**48 - 1
 # An SDK may stamp a task's id and its created_at_ms apart (two clock
 # reads): the id range is this much wider and created_at_ms decides.
@@ -106,7 +109,13 @@ class BrowseOps(StoreCore):
         }
         if finished:
             params["after_completed_ms"] = after_ms
-        return self._tasks(await self._fetch(f"browse_{order}", params))
+        statement = f"browse_{order}"
+        if status is not None:
+            if not finished and status in _UNFINISHED:
+                statement = f"browse_unfinished_{order}"
+            elif finished:
+                statement = f"browse_{order}_one_status"
+        return self._tasks(await self._fetch(statement, params))
 
     async def browse_queues(self, now_ms: int) -> builtins.list[tuple[Any, ...]]:
         """``(queue, status, count, scheduled, oldest_due_ms)`` per queue and

@@ -1,3 +1,6 @@
+-- cairnq: plan-per-value status queue name id_above id_below after_completed_ms after_id
+-- (The cursor is written in as literals too: each page is planned for its
+-- own position; a generic plan guesses a range's size and sorts.)
 -- Dashboard: one page of finished tasks, most recently finished first. The
 -- literal terminal IN-list lets a queue filter reach
 -- cairnq_tasks_queue_completed_idx (its predicate), a status filter

@@ -1,3 +1,6 @@
+-- cairnq: plan-per-value status queue name id_above id_below after_completed_ms after_id
+-- (The cursor is written in as literals too: each page is planned for its
+-- own position; a generic plan guesses a range's size and sorts.)
 -- Dashboard: one page of finished tasks, earliest finished first
 -- (browse_finished_newest in the other direction; the cursor starts at
 -- -1 and the id floor).

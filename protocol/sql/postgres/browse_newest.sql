@@ -1,3 +1,4 @@
+-- cairnq: plan-per-value status queue name id_above id_below
 -- Dashboard: one page of tasks, newest created first. Ids are task_<ULID>
 -- (OPERATIONS.md), so id order is creation order and the
 -- primary key serves both the order and the creation-time range: the id

@@ -1,3 +1,4 @@
+-- cairnq: plan-per-value status queue name id_above id_below
 -- Dashboard: one page of tasks, oldest created first (browse_newest in the
 -- other direction; :after_id is the floor on the first page).
 select *

@@ -6,8 +6,8 @@ from cairnq_tasks
 where status in ('succeeded', 'failed', 'canceled')
   and completed_at_ms >= :after_completed_ms
   and (completed_at_ms > :after_completed_ms or id > :after_id)
-  and id > :id_above
-  and id < :id_below
+  and +id > :id_above
+  and +id < :id_below
   and created_at_ms >= :created_from_ms
   and created_at_ms < :created_to_ms
   and (:status is null or status = :status)
