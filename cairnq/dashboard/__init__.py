@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 __all__ = ["app", "Auth", "AuthConfigError", "MissingExtra", "require_extra"]
 
-_EXTRA = ("starlette", "uvicorn", "jinja2", "multipart")
+# Each package of the extra, by the module names it may import as.
+_EXTRA = (("starlette",), ("uvicorn",), ("jinja2",), ("python_multipart", "multipart"))
 
 
 class MissingExtra(ImportError):
@@ -28,11 +29,20 @@ class MissingExtra(ImportError):
 
 
 def require_extra() -> None:
-    """Raise ``MissingExtra`` (with the pip command) when a package of the
-    ``dashboard`` extra cannot be imported."""
-    import importlib.util
+    """Import the ``dashboard`` extra's packages, or raise ``MissingExtra``
+    (with the pip command) naming those that are missing."""
+    import importlib
 
-    missing = [name for name in _EXTRA if importlib.util.find_spec(name) is None]
+    missing = []
+    for names in _EXTRA:
+        for name in names:
+            try:
+                importlib.import_module(name)
+                break
+            except ImportError:
+                pass
+        else:
+            missing.append(names[0].replace("_", "-"))
     if missing:
         raise MissingExtra(
             f"the dashboard needs {', '.join(missing)}: pip install 'cairnq[dashboard]'"

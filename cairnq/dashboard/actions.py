@@ -78,9 +78,7 @@ async def purge(
     """Delete matching finished tasks in batches until a batch comes back short."""
     if status is not None and status not in TERMINAL:
         raise ValueError("only finished tasks (succeeded, failed, canceled) can be purged")
-    what = (
-        f"purge older_than_ms={older_than_ms} queue={queue!r} status={status!r} name={name!r}"
-    )
+    what = f"purge older_than_ms={older_than_ms} queue={queue!r} status={status!r} name={name!r}"
     deleted = 0
     try:
         while True:

@@ -54,9 +54,7 @@ class Auth:
         return cls("basic", password, user)
 
     @classmethod
-    def from_env(
-        cls, kind: str, environ: Optional[Mapping[str, str]] = None
-    ) -> "Auth":
+    def from_env(cls, kind: str, environ: Optional[Mapping[str, str]] = None) -> "Auth":
         """``token`` reads CAIRNQ_DASHBOARD_TOKEN; ``basic`` reads
         CAIRNQ_DASHBOARD_USER and CAIRNQ_DASHBOARD_PASSWORD."""
         env = os.environ if environ is None else environ

@@ -52,7 +52,7 @@ def _nice_peak(n: int) -> int:
     """A round number at or above ``n`` for the top of the scale."""
     for step in (1, 2, 5):
         for power in range(0, 12):
-            top = step * 10**power
+            top = int(step * 10**power)
             if top >= n:
                 return max(top, 1)
     return n

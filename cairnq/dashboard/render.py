@@ -13,7 +13,17 @@ from urllib.parse import quote, urlencode
 
 import jinja2
 
-__all__ = ["TEXT_LIMIT", "Shown", "environment", "utc", "age", "duration", "shown_json", "shown_text", "to_json_text"]
+__all__ = [
+    "TEXT_LIMIT",
+    "Shown",
+    "environment",
+    "utc",
+    "age",
+    "duration",
+    "shown_json",
+    "shown_text",
+    "to_json_text",
+]
 
 TEXT_LIMIT = 64 * 1024  # bytes of payload/result/metadata/error text a page shows
 TEMPLATES = Path(__file__).parent / "templates"

@@ -4,19 +4,23 @@ template or an action, answer). See ``cairnq.dashboard.app``."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import re
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Mapping, Optional, Union
 from urllib.parse import urlencode
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
-from starlette.responses import Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import Mount, Route, Router
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
@@ -112,6 +116,11 @@ class Dashboard:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
+    @property
+    def client_open(self) -> bool:
+        """True once the client is there (handed in, or opened by a request)."""
+        return self._client is not None
+
     async def client(self) -> CairnQ:
         """The client, opened on first use."""
         if self._client is not None:
@@ -189,7 +198,9 @@ class Dashboard:
 
     async def _refused(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, Refused)
-        return self._error_page(request, exc.status, _TITLES.get(exc.status, "Refused"), exc.message)
+        return self._error_page(
+            request, exc.status, _TITLES.get(exc.status, "Refused"), exc.message
+        )
 
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -257,9 +268,7 @@ class Dashboard:
             )  # fmt: skip
         kept = {**flt.query(), "sort": sort if sort != "newest" else None}
         kept["limit"] = str(limit) if limit != queries.DEFAULT_PAGE_SIZE else None
-        next_query = (
-            _query({**kept, "cursor": result.next_cursor}) if result.next_cursor else ""
-        )
+        next_query = _query({**kept, "cursor": result.next_cursor}) if result.next_cursor else ""
         purge = {k: v for k, v in flt.query().items() if k in _PURGE_FILTERS}
         return self.page(
             request, "tasks.html", "tasks", nav="tasks", form=form, filter_error=None,
@@ -364,7 +373,9 @@ class Dashboard:
             flt = _purge_filter(values)
             older = values["older_than_ms"].strip() or "0"
             if not older.isdigit() or int(older) >= 2**53:
-                raise Refused(400, "older_than_ms must be a whole number of milliseconds (0 or more).")
+                raise Refused(
+                    400, "older_than_ms must be a whole number of milliseconds (0 or more)."
+                )
             outcome = await actions.purge(
                 await self.client(), self._actor(request), older_than_ms=int(older),
                 queue=flt.queue, status=flt.status, name=flt.name,
@@ -393,7 +404,9 @@ class Dashboard:
         if self.auth is None or self.auth.kind != "token":
             raise HTTPException(404)
         if request.method == "GET":
-            return self._login_page(request, next_url=_safe_next(request, request.query_params.get("next")))
+            return self._login_page(
+                request, next_url=_safe_next(request, request.query_params.get("next"))
+            )
         form = await checked_form(request)
         token = form.get("token")
         next_url = _safe_next(request, str(form.get("next") or ""))
@@ -437,7 +450,7 @@ def _segment(text: str) -> str:
     return quote(text, safe="")
 
 
-def _query(params: dict[str, Optional[str]]) -> str:
+def _query(params: Mapping[str, Optional[str]]) -> str:
     kept = {k: v for k, v in params.items() if v}
     return "?" + urlencode(kept) if kept else ""
 

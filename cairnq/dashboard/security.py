@@ -112,7 +112,9 @@ def _basic_credentials(header: str) -> Optional[tuple[str, str]]:
     if scheme.lower() != "basic":
         return None
     try:
-        user, sep, password = base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
+        user, sep, password = (
+            base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
+        )
     except (binascii.Error, UnicodeDecodeError, ValueError):
         return None
     return (user, password) if sep else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
@@ -46,8 +47,9 @@ class EventStream:
         await send({"type": "http.response.body", "body": b": connected\n\n", "more_body": True})
         while not gone.done():
             message = asyncio.ensure_future(inbox.get())
+            either: set[asyncio.Future[Any]] = {message, gone}
             done, _ = await asyncio.wait(
-                {message, gone}, timeout=self.keepalive_s, return_when=asyncio.FIRST_COMPLETED
+                either, timeout=self.keepalive_s, return_when=asyncio.FIRST_COMPLETED
             )
             if message not in done:
                 message.cancel()
