@@ -25,7 +25,6 @@ from cairnq.cli.common import (
 __all__ = ["add_parser", "run", "DEFAULT_PORT"]
 
 DEFAULT_PORT = 8484
-_GRACE_S = 5  # a server stopping waits this long for requests still being answered
 
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -93,11 +92,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace, auth: Any) -> int:
-    import uvicorn
-
     from cairnq.dashboard.routes import Dashboard
+    from cairnq.dashboard.server import serve
 
-    target = resolve_target(args)
+    where = resolve_target(args).describe()
+
+    def listening(port: int) -> None:
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        mode = " read-only" if args.read_only else ""
+        auth_text = f", auth {args.auth}" if args.auth else ""
+        url = f"http://{host}:{port}{args.base_path.rstrip('/')}/"
+        print(f"cairnq dashboard{mode}: {url} ({where}{auth_text}); Ctrl-C stops", flush=True)
+
     async with open_client(args, create=False, max_size=4) as client:
         try:
             dashboard = Dashboard(
@@ -105,60 +111,17 @@ async def _serve(args: argparse.Namespace, auth: Any) -> int:
             )
         except ValueError as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
-        verbose = bool(getattr(args, "verbose", 0))
-        config = uvicorn.Config(
-            dashboard,
-            host=args.host,
-            port=args.port,
-            lifespan="on",
-            log_level="info" if verbose else "warning",
-            access_log=verbose,
-            timeout_graceful_shutdown=_GRACE_S,
-            server_header=False,
-        )
-        server = _server(config, dashboard)
-        announce = asyncio.ensure_future(_announce(server, args, target.describe()))
         with _audit_to_stderr():
-            try:
-                await server.serve()
-            finally:
-                announce.cancel()
-                await dashboard.aclose()
-        if not server.started:
-            raise CliError(f"could not listen on {args.host}:{args.port}", 1)
+            started = await serve(
+                dashboard,
+                host=args.host,
+                port=args.port,
+                verbose=bool(getattr(args, "verbose", 0)),
+                on_listening=listening,
+            )
+    if not started:
+        raise CliError(f"could not listen on {args.host}:{args.port}")
     return EXIT_OK
-
-
-def _server(config: Any, dashboard: Any) -> Any:
-    """uvicorn's server, ending the live event streams first when asked to
-    stop (otherwise each open browser tab holds the shutdown for the grace
-    period)."""
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        async def shutdown(self, sockets: Any = None) -> None:
-            await dashboard.end_streams()
-            await super().shutdown(sockets)
-
-    return Server(config)
-
-
-async def _announce(server: Any, args: argparse.Namespace, where: str) -> None:
-    while not server.started:
-        await asyncio.sleep(0.05)
-    port = args.port
-    for listener in getattr(server, "servers", []):
-        for sock in listener.sockets:
-            port = sock.getsockname()[1]
-            break
-    host = f"[{args.host}]" if ":" in args.host else args.host
-    mode = " read-only" if args.read_only else ""
-    auth = f", auth {args.auth}" if args.auth else ""
-    print(
-        f"cairnq dashboard{mode}: http://{host}:{port}{args.base_path.rstrip('/')}/ "
-        f"({where}{auth}); Ctrl-C stops",
-        flush=True,
-    )
 
 
 class _audit_to_stderr:
