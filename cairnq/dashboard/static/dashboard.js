@@ -84,7 +84,7 @@
     tr.appendChild(th);
     STATUSES.forEach(function (s) {
       var td = el("td", { "class": "num", "data-status": s });
-      td.appendChild(el("a", { href: root + "/tasks" + query({ queue: q.queue, status: s }) }, "0"));
+      td.appendChild(el("a", { "class": "zero", href: root + "/tasks" + query({ queue: q.queue, status: s }) }, "0"));
       tr.appendChild(td);
     });
     tr.appendChild(el("td", { "class": "num scheduled" }, "0"));
@@ -107,6 +107,7 @@
         var cell = tr.querySelector('td[data-status="' + s + '"]');
         var target = cell && (cell.querySelector("a") || cell);
         setText(target, q.counts[s] || 0);
+        if (target && target.tagName === "A") { target.classList.toggle("zero", !q.counts[s]); }
       });
       setText(tr.querySelector("td.scheduled"), q.scheduled);
       var oldest = tr.querySelector("td.oldest-age");
