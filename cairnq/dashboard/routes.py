@@ -95,14 +95,20 @@ class Dashboard:
             },
         )
         guarded = Guard(inner, auth, self._deny)
-        app = Router(routes=[Mount(base_path, app=guarded)]) if base_path else guarded
-        self._app = SecurityHeaders(app)
+        self._at_root = SecurityHeaders(guarded)
+        prefixed = Router(routes=[Mount(base_path, app=guarded)]) if base_path else guarded
+        self._app = SecurityHeaders(prefixed)
 
     # -- ASGI and the client's life ---------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
+            return
+        if self.base_path and str(scope.get("root_path", "")).endswith(self.base_path):
+            # Mounted at its base path by the host (``mount("/cairnq", app(...,
+            # base_path="/cairnq"))``): the prefix is already consumed.
+            await self._at_root(scope, receive, send)
             return
         await self._app(scope, receive, send)
 

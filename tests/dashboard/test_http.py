@@ -461,6 +461,18 @@ async def test_mounted_in_a_starlette_app_it_opens_its_client_on_first_use(
     assert not dashboard.client_open
 
 
+async def test_mounted_at_its_own_base_path_the_prefix_counts_once(
+    backend: Any, dashboard_servers: Any
+) -> None:
+    dashboard = app(backend.target, base_path="/cairnq")
+    host = Starlette(routes=[Mount("/cairnq", app=dashboard)])
+    http = (await dashboard_servers.start(host)).http()
+    page = await http.get("/cairnq/tasks")
+    assert page.status_code == 200 and 'href="/cairnq/static/dashboard.css"' in page.text
+    assert (await http.get("/cairnq/cairnq/tasks")).status_code == 404
+    await dashboard.aclose()
+
+
 # -- live updates ------------------------------------------------------------------------------
 
 
