@@ -100,7 +100,9 @@ def csrf_token(request: Request) -> str:
 
 
 def who(request: Request) -> str:
-    return str(request.scope.get(_SCOPE_WHO, "local"))
+    """Who the request proved to be (the basic-auth user, "token", or "local"
+    without auth); empty when it proved nothing (the public pages)."""
+    return str(request.scope.get(_SCOPE_WHO, ""))
 
 
 def address(request: Request) -> str:
@@ -163,12 +165,11 @@ class Guard:
         scope[_SCOPE_CSRF] = csrf
         send = self._setting_cookie(scope, send, csrf) if fresh else send
         identity = authenticate(request, self.auth)
-        path = route_path(scope)
-        if identity is None and not path.startswith(self.PUBLIC):
+        scope[_SCOPE_WHO] = identity or ""
+        if identity is None and not route_path(scope).startswith(self.PUBLIC):
             response = await self.deny(request)
             await response(scope, receive, send)
             return
-        scope[_SCOPE_WHO] = identity or "anonymous"
         await self.app(scope, receive, send)
 
     @staticmethod

@@ -373,6 +373,7 @@ async def test_token_auth_by_header_or_login_cookie(backend: Any, dashboard_serv
     login_page = await http.get("/tasks?queue=x", headers=HTML)
     assert 'data-page="login"' in login_page.text
     assert 'name="next" value="/tasks?queue=x"' in login_page.text
+    assert "signed in" not in login_page.text
     assert (await http.get("/static/dashboard.css")).status_code == 200
 
     bearer = await http.get("/api/overview", headers={"authorization": f"Bearer {secret}"})
@@ -390,7 +391,8 @@ async def test_token_auth_by_header_or_login_cookie(backend: Any, dashboard_serv
     cookie = good.headers["set-cookie"]
     assert "cairnq_session=" in cookie and secret not in cookie
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie
-    assert (await http.get("/tasks")).status_code == 200  # the cookie now proves it
+    signed_in = await http.get("/tasks")  # the cookie now proves it
+    assert signed_in.status_code == 200 and "signed in: token" in signed_in.text
 
 
 async def test_basic_auth_names_the_user_in_the_audit_log(
