@@ -17,6 +17,7 @@ explicit timeouts, and screenshots.
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import signal
 import socket
@@ -320,13 +321,42 @@ class Site:
             self.expect_page(page)
 
     def expect_page(self, page: str) -> None:
-        from selenium.webdriver.common.by import By
+        """Wait until a loaded document's main#page says ``page``."""
+        wait_until(
+            lambda: self._shown() == page, PAGE_TIMEOUT_S, f"page {page!r} (is {self._shown()!r})"
+        )
 
-        def shown() -> str | None:
-            found = self.driver.find_elements(By.CSS_SELECTOR, "main#page[data-page]")
-            return found[0].get_attribute("data-page") if found else None
+    def _shown(self) -> str | None:
+        """The loaded document's data-page (None while loading or navigating:
+        the driver may answer anything then, hence the broad except)."""
+        from selenium.common.exceptions import WebDriverException
 
-        wait_until(lambda: shown() == page, PAGE_TIMEOUT_S, f"page {page!r} (is {shown()!r})")
+        try:
+            shown = self.driver.execute_script(
+                "const main = document.querySelector('main#page');"
+                "return document.readyState === 'complete' && main ? main.dataset.page : null;"
+            )
+        except WebDriverException:
+            return None
+        return None if shown is None else str(shown)
+
+    def go(self, css: str, page: str) -> None:
+        """Click ``css`` (a link or a submit button) and wait for the next
+        document, ``page``. A mark left on the old window object tells them
+        apart, or a check could read the page being left."""
+        from selenium.common.exceptions import WebDriverException
+
+        self.driver.execute_script("window.__leaving = 1;")
+        self.click(css)
+
+        def arrived() -> bool:
+            try:
+                return bool(self.driver.execute_script("return window.__leaving === undefined;"))
+            except WebDriverException:
+                return False
+
+        wait_until(arrived, PAGE_TIMEOUT_S, f"a new page after clicking {css}")
+        self.expect_page(page)
 
     def find(self, css: str, timeout: float = PAGE_TIMEOUT_S) -> Any:
         """The element ``css`` names, once it is there."""
@@ -351,12 +381,12 @@ class Site:
 
     def wait_text(self, css: str, wanted: str, timeout: float = PAGE_TIMEOUT_S) -> None:
         """Wait until ``css``'s text reads ``wanted`` (no reload: just reads)."""
-        from selenium.common.exceptions import StaleElementReferenceException
+        from selenium.common.exceptions import WebDriverException
 
         def reads() -> str | None:
             try:
                 return self.text(css)
-            except StaleElementReferenceException:
+            except WebDriverException:  # stale, or the driver mid-update
                 return None
 
         wait_until(
@@ -370,14 +400,16 @@ class Site:
         folder = self.shots if self.dialect == "sqlite" else self.shots / self.dialect
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"dashboard-{page}.png"
-        # The whole page, not just the first screenful: grow the window to fit
-        # (capped), shoot, and give the next test its usual window back.
-        height = int(self.driver.execute_script("return document.documentElement.scrollHeight;"))
-        self.driver.set_window_size(WIDTH, max(HEIGHT, min(height, 4 * HEIGHT)))
-        try:
-            self.driver.save_screenshot(str(path))
-        finally:
-            self.driver.set_window_size(WIDTH, HEIGHT)
+        # The whole page, not just the first screenful (capped at four).
+        width, height = self.driver.execute_script(
+            "const e = document.documentElement; return [e.scrollWidth, e.scrollHeight];"
+        )
+        clip = {"x": 0, "y": 0, "width": width, "height": min(height, 4 * HEIGHT), "scale": 1}
+        shot = self.driver.execute_cdp_cmd(
+            "Page.captureScreenshot",
+            {"format": "png", "captureBeyondViewport": True, "clip": clip},
+        )
+        path.write_bytes(base64.b64decode(shot["data"]))
         return path
 
 

@@ -79,8 +79,7 @@ def fill(site: Site, **fields: str) -> None:
         else:
             element.clear()
             element.send_keys(value)
-    site.click("button#apply-filters")
-    site.expect_page("tasks")
+    site.go("button#apply-filters", "tasks")
 
 
 def http_status(url: str) -> int:
@@ -152,8 +151,7 @@ def test_overview_shows_each_queues_counts(site: Site) -> None:
     assert site.find("span#updated-at").text.strip()
     site.screenshot("overview")
 
-    site.click('table#queues tr[data-queue="reports"] a')
-    site.expect_page("tasks")
+    site.go('table#queues tr[data-queue="reports"] a', "tasks")
     assert set(column(site, "queue")) == {"reports"}
     assert len(row_ids(site)) == 5
 
@@ -199,14 +197,12 @@ def test_list_filters_narrow_the_rows_and_pages_follow(site: Site) -> None:
     site.open("/tasks?limit=20", "tasks")
     first = row_ids(site)
     assert len(first) == 20 and site.absent("a#first-page")
-    site.click("a#next-page")
-    site.expect_page("tasks")
+    site.go("a#next-page", "tasks")
     site.find("a#first-page")
     second = row_ids(site)
     assert len(second) == 12 and site.absent("a#next-page")
     assert sorted(first + second) == sorted(every)
-    site.click("a#first-page")
-    site.expect_page("tasks")
+    site.go("a#first-page", "tasks")
     assert row_ids(site) == first
 
 
@@ -233,8 +229,7 @@ def test_task_detail_shows_payload_result_and_error(site: Site) -> None:
     bad = site.task(ids["bad"])
 
     site.open("/tasks?queue=billing", "tasks")
-    site.click(f'table#tasks tr[data-task-id="{ids["bad"]}"] a.task-link')
-    site.expect_page("task")
+    site.go(f'table#tasks tr[data-task-id="{ids["bad"]}"] a.task-link', "task")
     assert ids["bad"] in site.text("#task-id")
     assert site.text("#task-status") == "failed"
     assert site.text("#task-name") == "invoice.import"
@@ -259,8 +254,7 @@ def test_task_detail_shows_payload_result_and_error(site: Site) -> None:
     assert site.text("#task-status") == "succeeded"
 
     site.open(f"/tasks/{ids['child']}", "task")
-    site.click("a#parent-link")
-    site.expect_page("task")
+    site.go("a#parent-link", "task")
     assert ids["top"] in site.text("#task-id")
     site.open(f"/tasks/{ids['child']}", "task")
     assert site.find("a#root-link").get_attribute("href").endswith(f"/tasks/{ids['top']}")
@@ -283,25 +277,21 @@ def test_cancel_and_retry_through_the_confirm_pages(site: Site) -> None:
     ids = site.db(seed)
 
     site.open(f"/tasks/{ids['waiting']}", "task")
-    site.click("a#cancel-button")
-    site.expect_page("confirm")
+    site.go("a#cancel-button", "confirm")
     assert site.find("form#confirm input[name=csrf]").get_attribute("value")
     site.screenshot("confirm-cancel")
-    site.click("button#confirm-submit")
-    site.expect_page("task")
+    site.go("button#confirm-submit", "task")
     site.find("div#flash")
     assert site.text("#task-status") == "canceled"
     assert site.task(ids["waiting"]).status == "canceled"
 
     site.open(f"/tasks/{ids['reset']}", "task")
-    site.click("a#retry-button")
-    site.expect_page("confirm")
+    site.go("a#retry-button", "confirm")
     checkbox = site.find("input#reset-attempt[name=reset_attempt]")
     if not checkbox.is_selected():
         checkbox.click()
     site.screenshot("confirm-retry")
-    site.click("button#confirm-submit")
-    site.expect_page("task")
+    site.go("button#confirm-submit", "task")
     site.find("div#flash")
     assert site.text("#task-status") == "queued"
     task = site.task(ids["reset"])
@@ -311,8 +301,7 @@ def test_cancel_and_retry_through_the_confirm_pages(site: Site) -> None:
     checkbox = site.find("input#reset-attempt[name=reset_attempt]")
     if checkbox.is_selected():
         checkbox.click()
-    site.click("button#confirm-submit")
-    site.expect_page("task")
+    site.go("button#confirm-submit", "task")
     assert site.text("#task-status") == "queued"
     task = site.task(ids["keep"])
     assert (task.status, task.attempt) == ("queued", 1)
@@ -397,12 +386,11 @@ def test_hostile_text_renders_as_text(site: Site) -> None:
     assert site.text("#task-name") == BREAKOUT
     assert definitions(site, "section#error dl")["message"] == f"{SCRIPT} {BREAKOUT}"
     assert json.loads(site.text("pre#payload")) == {"why": SCRIPT}
+    site.screenshot("hostile-task")
 
     site.open(f"/tasks?name={urllib.parse.quote(SCRIPT)}", "tasks")
     assert_inert(site)
     assert site.find('form#filters [name="name"]').get_attribute("value") == SCRIPT
-    site.click(f'table#tasks tr[data-task-id="{ids["named"]}"] a.task-link')
-    site.expect_page("task")
-    site.click("a#cancel-button")
-    site.expect_page("confirm")
+    site.go(f'table#tasks tr[data-task-id="{ids["named"]}"] a.task-link', "task")
+    site.go("a#cancel-button", "confirm")
     assert_inert(site)
