@@ -538,6 +538,27 @@ async def test_events_stream_changes_and_nothing_is_read_while_nobody_listens(
         stop()
 
 
+async def test_the_hub_reads_at_most_once_per_interval_however_many_signals(backend: Any) -> None:
+    """One shared watch signalling every 20 ms, two listeners: the overview
+    is read once at the start and then at most once per interval."""
+    q = backend.client()
+    await q.submit("n", {})
+    dashboard = Dashboard(q, watch_poll_ms=20)
+    hub = dashboard.hub
+    loop = asyncio.get_running_loop()
+    async with hub.listen() as one, hub.listen() as two:
+        started = loop.time()
+        assert await one.get() is not None and await two.get() is not None
+        other = backend.client()  # commits from another connection signal too
+        for i in range(30):
+            await other.submit("n", {"i": i})
+        await asyncio.sleep(1.5)
+        elapsed = loop.time() - started
+        assert 2 <= hub.reads <= 1 + int(elapsed / 1.0) + 1  # ~75 signals arrived meanwhile
+    assert not hub.active
+    await dashboard.aclose()
+
+
 # -- the command line --------------------------------------------------------------------------
 
 
