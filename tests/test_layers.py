@@ -29,7 +29,7 @@ LAYERS = {
     # driver or the worker.
     "dashboard": (ROOT / "cairnq" / "dashboard", ("cairnq.dashboard", "cairnq.client", "cairnq.models",
                                                   "cairnq.errors", "cairnq.watch", "cairnq._ids",
-                                                  "cairnq.store.ops.browse")),
+                                                  "cairnq.store.ops.browse", "cairnq.store.base")),
 }  # fmt: skip
 PYX_IMPORT = re.compile(r"^[ \t]*(?:from\s+(cairnq[\w.]*)\s+c?import|c?import\s+(cairnq[\w.]*))", re.M)
 

@@ -58,8 +58,8 @@ def app(
 ) -> "Dashboard":
     """The dashboard as an ASGI app.
 
-    ``store_or_dsn``: a ``CairnQ`` client (used as is, never closed by the
-    dashboard), a SQLite file path, or a ``postgresql://`` DSN (opened on the
+    ``store_or_dsn``: a ``CairnQ`` client or a store (used as is, never
+    closed by the dashboard), a SQLite file path, or a ``postgresql://`` DSN (opened on the
     first request, closed at the app's shutdown or by ``await
     dashboard.aclose()``). ``read_only`` hides the actions and refuses them;
     ``base_path`` serves every page under a prefix (``/cairnq``), for a proxy

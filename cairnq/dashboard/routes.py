@@ -44,11 +44,12 @@ from cairnq.dashboard.security import (
 )
 from cairnq.dashboard.stream import EventStream
 from cairnq.models import TERMINAL, Task
+from cairnq.store.base import TaskStore
 
 __all__ = ["Dashboard", "Source"]
 
 log = logging.getLogger("cairnq.dashboard")
-Source = Union[CairnQ, str, "os.PathLike[str]"]
+Source = Union[CairnQ, TaskStore, str, "os.PathLike[str]"]
 STATIC = Path(__file__).parent / "static"
 _PG_PREFIXES = ("postgres://", "postgresql://")
 _BASE_PATH = re.compile(r"^(/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)*$")
@@ -76,7 +77,12 @@ class Dashboard:
         if auth is not None and not isinstance(auth, Auth):
             raise TypeError("auth must be an Auth (Auth.token(...), Auth.basic(...)) or None")
         if not isinstance(source, (CairnQ, str, os.PathLike)):
-            raise TypeError("source must be a CairnQ client, a SQLite path or a postgresql:// DSN")
+            try:  # a store: wrapped, and like a client, the caller's to close
+                source = CairnQ(source)
+            except TypeError:
+                raise TypeError(
+                    "source must be a CairnQ client, a store, a SQLite path or a postgresql:// DSN"
+                ) from None
         self._source = source
         self._client: Optional[CairnQ] = source if isinstance(source, CairnQ) else None
         self._owned = not isinstance(source, CairnQ)

@@ -222,6 +222,8 @@ async def test_an_unexpected_error_is_a_plain_500_page(
     q.store.browse_queues = broken  # type: ignore[method-assign]
     http = (await start(dashboard_servers, q)).http()  # a client handed in, used as is
     assert (await http.get("/tasks")).status_code == 200
+    store_handed_in = (await start(dashboard_servers, backend.store())).http()
+    assert (await store_handed_in.get("/tasks")).status_code == 200
     response = await http.get("/")
     assert response.status_code == 500
     assert "secret-internal-detail" not in response.text and "Traceback" not in response.text
