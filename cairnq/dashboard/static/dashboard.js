@@ -242,6 +242,39 @@
     main.setAttribute("data-generated-ms", String(data.generated_at_ms));
   }
 
+  // A queued or running task's page follows it through the same stream: the
+  // overview lists running tasks with their progress. When the task starts or
+  // stops running the page reloads once to show its new state.
+  function updateTask(data) {
+    var id = main.getAttribute("data-live-task");
+    // A snapshot older than the page says nothing new (the stream may start
+    // with the last one read).
+    if (data.generated_at_ms < Number(main.getAttribute("data-generated-ms"))) { return; }
+    var was = main.getAttribute("data-live-status");
+    var row = null;
+    for (var i = 0; i < data.running.length; i++) {
+      if (data.running[i].id === id) { row = data.running[i]; break; }
+    }
+    if (was === "queued") {
+      if (row) { window.location.reload(); }
+      return;
+    }
+    if (!row) {
+      if (!data.running_truncated) { window.location.reload(); }
+      return;
+    }
+    var bar = document.getElementById("progress");
+    if (bar && row.progress !== null && row.progress !== undefined) {
+      bar.setAttribute("value", String(row.progress));
+      var percent = document.getElementById("progress-percent");
+      if (percent) { percent.textContent = (Math.round(row.progress * 1000) / 10) + "%"; }
+    }
+    var message = document.getElementById("progress-message");
+    if (message) { message.textContent = row.message || ""; }
+    var attempts = document.getElementById("attempts");
+    if (attempts) { attempts.textContent = row.attempt + "/" + row.max_attempts; }
+  }
+
   function live() {
     var url = main.getAttribute("data-events");
     var status = document.getElementById("live-status");
@@ -257,7 +290,9 @@
     source.onerror = function () { show("reconnecting", false); };
     source.addEventListener("overview", function (event) {
       show("live", true);
-      try { update(JSON.parse(event.data)); } catch (e) { /* keep the last good view */ }
+      var data;
+      try { data = JSON.parse(event.data); } catch (e) { return; /* keep the last good view */ }
+      if (main.getAttribute("data-live-task")) { updateTask(data); } else { update(data); }
     });
     window.addEventListener("pagehide", function () { source.close(); });
   }
