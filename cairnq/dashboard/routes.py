@@ -145,7 +145,11 @@ class Dashboard:
                     client = CairnQ.postgres(text, min_size=1, max_size=4)
                 else:
                     client = CairnQ.sqlite(text)
-                await client.connect()
+                try:
+                    await client.connect()
+                except BaseException:
+                    await client.close()  # what it opened before failing; retried next request
+                    raise
                 self._client = client
         return self._client
 
