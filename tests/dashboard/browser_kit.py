@@ -275,6 +275,7 @@ class Site:
     cwd: Path
     driver: Any
     shots: Path
+    dashboard_args: tuple[str, ...] = ()  # e.g. ("--read-only",): set before the first open
     _dashboard: Dashboard | None = None
     _processes: list[Process] = field(default_factory=list)
 
@@ -299,7 +300,7 @@ class Site:
     @property
     def dashboard(self) -> Dashboard:
         if self._dashboard is None:
-            self._dashboard = Dashboard(self.target, self.cwd)
+            self._dashboard = Dashboard(self.target, self.cwd, self.dashboard_args)
             self._processes.append(self._dashboard)
         return self._dashboard
 

@@ -1,8 +1,8 @@
 """The dashboard in a real browser (headless Chromium), served by a real
 ``cairnq dashboard`` process, on both dialects: the overview, the list's
-filters and pages, a task's detail, cancel and retry through the confirm
-pages, a live count change while a worker process drains tasks, and hostile
-text rendered as text. The HTML contract the selectors rely on is in the
+filters and pages, a task's detail, cancel, retry and purge through the
+confirm pages, no buttons when read-only, a live count change while a worker
+process drains tasks, and hostile text rendered as text. The HTML contract the selectors rely on is in the
 dashboard's design notes (ids, data attributes, routes). See browser_kit.py.
 """
 
@@ -305,6 +305,62 @@ def test_cancel_and_retry_through_the_confirm_pages(site: Site) -> None:
     assert site.text("#task-status") == "queued"
     task = site.task(ids["keep"])
     assert (task.status, task.attempt) == ("queued", 1)
+
+
+# -- purge, read-only -----------------------------------------------------------
+
+
+def test_purge_by_filter_through_its_confirm_page(site: Site) -> None:
+    async def seed(client: CairnQ) -> None:
+        bad = [
+            (await client.submit("report.parse", {"file": f"r{i}.csv"}, queue="reports",
+                                 max_attempts=1)).id
+            for i in range(3)
+        ]  # fmt: skip
+        await settle_with(client, "reports", {"report.parse": broken}, bad)
+        sent = [(await client.submit("email.send", {"i": i}, queue="emails")).id for i in range(2)]
+        await settle_with(client, "emails", {"email.send": quick}, sent)
+        for i in range(2):
+            await client.submit("report.build", {"month": i + 1}, queue="reports")
+
+    site.db(seed)
+    site.open("/tasks?queue=reports&status=failed", "tasks")
+    assert len(row_ids(site)) == 3
+
+    site.go("a#purge-button", "confirm")
+    shown = site.text("#purge-filter")
+    assert "reports" in shown and "failed" in shown
+    site.screenshot("confirm-purge")
+    site.go("button#confirm-submit", "tasks")  # the default: finished more than a day ago
+    assert "0" in site.text("div#flash") and len(row_ids(site)) == 3
+
+    site.go("a#purge-button", "confirm")
+    older = site.find("input[name=older_than_ms]")
+    older.clear()
+    older.send_keys("0")
+    site.go("button#confirm-submit", "tasks")
+    assert "3" in site.text("div#flash")
+    assert site.find("p#no-tasks") and not row_ids(site)
+    stats = site.db(lambda client: client.stats())
+    assert (stats["reports"]["failed"], stats["reports"]["queued"]) == (0, 2)
+    assert stats["emails"]["succeeded"] == 2
+
+
+def test_read_only_shows_no_action_buttons(site: Site) -> None:
+    async def seed(client: CairnQ) -> dict[str, str]:
+        bad = await client.submit("report.parse", {}, queue="reports", max_attempts=1)
+        await settle_with(client, "reports", {"report.parse": broken}, [bad.id])
+        waiting = await client.submit("email.send", {}, queue="emails")
+        return {"bad": bad.id, "waiting": waiting.id}
+
+    ids = site.db(seed)
+    site.dashboard_args = ("--read-only",)
+    site.open("/tasks", "tasks")
+    assert len(row_ids(site)) == 2 and site.absent("a#purge-button")
+    site.open(f"/tasks/{ids['bad']}", "task")
+    assert site.text("#task-status") == "failed" and site.absent("a#retry-button")
+    site.open(f"/tasks/{ids['waiting']}", "task")
+    assert site.text("#task-status") == "queued" and site.absent("a#cancel-button")
 
 
 # -- 5. live ---------------------------------------------------------------------
