@@ -13,7 +13,7 @@ import base64
 import binascii
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, cast
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional
 
 from cairnq._ids import now_ms
 from cairnq.models import STATUSES, TERMINAL, Task, TaskStatus
@@ -193,7 +193,7 @@ async def task_page(
         raise FilterError(f"sort must be one of {', '.join(SORTS)}; got {sort!r}")
     if not 1 <= limit <= max(PAGE_SIZES):
         raise FilterError(f"page size must be between 1 and {max(PAGE_SIZES)}")
-    order = cast(BrowseOrder, sort)  # checked against SORTS above
+    order: BrowseOrder = sort  # narrowed by the check against SORTS
     finished = sort.startswith("finished")
     if finished and flt.status is not None and flt.status not in TERMINAL:
         raise FilterError(f"a {flt.status} task has not finished: sort it by creation time")
