@@ -67,6 +67,7 @@ setup(
         "cairnq.periodic",
         "cairnq.observability",
         "cairnq.cli",
+        "cairnq.dashboard",
         "cairnq._speedups",
         "cairnq._protocol",
         *(f"cairnq._protocol.{kind}.{dialect}" for kind in ("migrations", "sql") for dialect in ("sqlite", "postgres")),
@@ -78,6 +79,7 @@ setup(
     },
     package_data={
         "cairnq": ["py.typed"],
+        "cairnq.dashboard": ["templates/*.html", "static/*"],
         **{
             f"cairnq._protocol.{kind}.{dialect}": ["*.sql"]
             for kind in ("migrations", "sql")

@@ -13,6 +13,6 @@ cd "$(mktemp -d)"
 "$VENV/bin/python" -m pdoc cairnq cairnq.client cairnq.worker cairnq.context cairnq.models \
   cairnq.errors cairnq.retention cairnq.backpressure cairnq.watch cairnq.events cairnq.store \
   cairnq.observability cairnq.observability.metrics cairnq.observability.prometheus cairnq.observability.tracing \
-  cairnq.observability.otel_metrics cairnq.periodic \
+  cairnq.observability.otel_metrics cairnq.periodic cairnq.dashboard cairnq.dashboard.queries \
   --docformat markdown -o "$ROOT/build/docs"
 echo "== API reference in $ROOT/build/docs/index.html"

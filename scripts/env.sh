@@ -19,6 +19,19 @@ need_libpq() {
   fi
 }
 
+need_browser() {
+  # The dashboard's browser tests drive Debian's headless Chromium through its
+  # chromedriver (never a downloaded browser).
+  if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+    echo "== installing chromium and chromium-driver (the dashboard's browser tests)"
+    if [ "$(id -u)" = 0 ]; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+    else
+      sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+    fi
+  fi
+}
+
 make_venv() {
   if [ ! -x "$VENV/bin/python" ]; then
     echo "== creating $VENV"
@@ -45,10 +58,12 @@ run_tests() {
   # the given arguments, from a scratch directory, so nothing (not even a
   # subprocess) can import the source tree by accident.
   need_libpq
+  need_browser
   bash "$ROOT/scripts/ensure-postgres.sh"
   make_venv
   install_cairnq "[postgres,test]"
   export CAIRNQ_TEST_INSTALLED=1
+  export CAIRNQ_REQUIRE_BROWSER=1  # the browser tests fail, never skip, here
   WORKDIR="$(mktemp -d)"
   trap 'rm -rf "$WORKDIR"' EXIT
   cd "$WORKDIR"

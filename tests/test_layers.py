@@ -24,6 +24,12 @@ LAYERS = {
     # Periodic schedules talk to a store they are handed (any TaskStore): they
     # import neither the worker that runs them nor a driver.
     "periodic": (ROOT / "cairnq" / "periodic", ("cairnq.periodic", "cairnq.errors", "cairnq.models")),
+    # The dashboard is a client application: it reads and acts through the
+    # public client (queries.py through the store's browse reads), never a
+    # driver or the worker.
+    "dashboard": (ROOT / "cairnq" / "dashboard", ("cairnq.dashboard", "cairnq.client", "cairnq.models",
+                                                  "cairnq.errors", "cairnq.watch", "cairnq._ids",
+                                                  "cairnq.store.ops.browse", "cairnq.store.base")),
 }  # fmt: skip
 PYX_IMPORT = re.compile(r"^[ \t]*(?:from\s+(cairnq[\w.]*)\s+c?import|c?import\s+(cairnq[\w.]*))", re.M)
 
@@ -56,6 +62,32 @@ def test_layer_imports_nothing_above_it(layer: str) -> None:
         for path, line, name in seen
         if name == "cairnq" or not name.startswith(allowed)
     ]
+    assert offences == []
+
+
+WEB_STACK = ("starlette", "uvicorn", "jinja2", "multipart", "python_multipart")
+
+
+def test_only_the_dashboard_command_imports_the_dashboard_and_only_the_dashboard_the_web_stack() -> None:
+    """``import cairnq`` never needs the ``dashboard`` extra."""
+    dashboard = ROOT / "cairnq" / "dashboard"
+    offences = []
+    for path in sorted((ROOT / "cairnq").rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        relative = path.relative_to(ROOT).as_posix()
+        inside = path.is_relative_to(dashboard)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + ([f"cairnq.{a.name}" for a in node.names] if node.module == "cairnq" else [])
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] in WEB_STACK and not inside:
+                    offences.append(f"{relative}:{node.lineno} imports {name}")
+                if name.startswith("cairnq.dashboard") and not inside and relative != "cairnq/cli/dashboard.py":
+                    offences.append(f"{relative}:{node.lineno} imports {name}")
     assert offences == []
 
 

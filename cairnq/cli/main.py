@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from cairnq.cli import demo, migrate, schedules, tasks, top, worker
+from cairnq.cli import dashboard, demo, migrate, schedules, tasks, top, worker
 from cairnq.cli.common import (
     ENV_DB,
     EXIT_DATABASE,
@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_parser(commands, common)
     top.add_parser(commands, common)
     schedules.add_parser(commands, common)
+    dashboard.add_parser(commands, common)
     demo.add_parser(commands)
     return parser
 

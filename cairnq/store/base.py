@@ -6,7 +6,7 @@ The store is layered so each part fits in mind on its own:
   deferred; a write transaction; wakeups; connect/close). SQLite and
   PostgreSQL implement it in ``sqlite/`` and ``postgres/``.
 * ``ops/``: the operations written once over that seam, one mixin per kind
-  (submit, reads, manage, claims, settle), with their argument checks from
+  (submit, reads, browse, manage, claims, settle), with their argument checks from
   ``validation.py``.
 * ``ports.py``: what the worker and ``watch`` may use, and the one place that
   decides whether a store method is cairnq's own (so a fast path may stand in
@@ -24,6 +24,7 @@ from __future__ import annotations
 from cairnq._sql import specialize, statement_params
 from cairnq.store.driver import Fetch
 from cairnq.store.driver import PushReason as PushReason
+from cairnq.store.ops.browse import BrowseOps
 from cairnq.store.ops.claims import ClaimDraw, ClaimOps, claim_statement, probe_statement
 from cairnq.store.ops.core import (
     CONFLICTS,
@@ -62,7 +63,7 @@ __all__ = [
     "statement_params",
 ]
 
-class TaskStore(SubmitOps, ReadOps, ManageOps, ClaimOps, SettleOps):
+class TaskStore(SubmitOps, ReadOps, BrowseOps, ManageOps, ClaimOps, SettleOps):
     """Durable task storage: the protocol's operations over one database."""
 
 

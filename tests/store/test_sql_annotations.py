@@ -42,9 +42,25 @@ PLANNED_PER_VALUE = {
     "claimable_probe": ("queues", "names"),
     "claimable_probe_any_name": ("queues",),
     "claimable_probe_one_queue_one_name": ("queue", "name"),
+    # the dashboard's pages: filters and bounds; the finished orders' cursor too
+    **{
+        f"browse_{order}": ("status", "queue", "name", "id_above", "id_below")
+        for order in ("newest", "oldest", "unfinished_newest", "unfinished_oldest")
+    },
+    **{
+        f"browse_finished_{order}{one}": (
+            "status", "queue", "name", "id_above", "id_below", "after_completed_ms", "after_id",
+        )
+        for order in ("newest", "oldest")
+        for one in ("", "_one_status")
+    },
 }
-# The text-valued parameters params.selective_literal knows how to write.
-LITERAL_PARAMS = {"queues", "names", "queue", "name"}
+# The parameters params.selective_literal knows how to write (text, text
+# lists, and the integer page position).
+LITERAL_PARAMS = {
+    "queues", "names", "queue", "name", "status", "id_above", "id_below", "after_id",
+    "after_completed_ms",
+}
 # SQLite inserts whose row is rebuilt from the bound values.
 ECHOED = {"insert_task"}
 

@@ -78,7 +78,10 @@ def text_literal(value: str) -> str:
 
 def selective_literal(value: Any) -> Optional[str]:
     """A typed literal for a queue or name value (text, or a short list of
-    text), or None when it must stay a parameter."""
+    text), or a position such as a page cursor (an int), or None when it
+    must stay a parameter."""
+    if type(value) is int:  # not bool; the digits are the whole literal
+        return f"{value}::bigint"
     if isinstance(value, str):
         return text_literal(value) + "::text" if _LITERAL_TEXT.fullmatch(value) else None
     if isinstance(value, (list, tuple)) and len(value) <= MAX_LITERAL_ITEMS:

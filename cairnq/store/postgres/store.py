@@ -231,10 +231,12 @@ class PostgresStore(TaskStore):
     def _bind_with_literals(self, stmt: Statement, params: dict[str, Any]) -> tuple[str, list[Any]]:
         selective = self._selective[stmt.name]
         key = (stmt.name, *(_value_key(params.get(p)) for p in selective))
+        if stmt.filters:  # which optional filters are given shapes the text too
+            key += tuple(params.get(p) is None for p, _ in stmt.filters)
         found = self._with_literals.get(key)
         if found is None:
             literals = {p: selective_literal(params.get(p)) for p in selective}
-            template = compile_template(stmt.text)
+            template = compile_template(stmt.specialize(params))
             found = template.bind({p: v for p, v in literals.items() if v is not None})
             if len(self._with_literals) >= _MAX_BOUND_TEXTS:
                 self._with_literals.clear()

@@ -1,0 +1,26 @@
+-- cairnq: plan-per-value status queue name id_above id_below after_completed_ms after_id
+-- (The cursor is written in as literals too: each page is planned for its
+-- own position; a generic plan guesses a range's size and sorts.)
+-- Dashboard: one page of finished tasks, most recently finished first. The
+-- literal terminal IN-list lets a queue filter reach
+-- cairnq_tasks_queue_completed_idx (its predicate), a status filter
+-- cairnq_tasks_status_completed_idx, and no filter cairnq_tasks_completed_idx.
+-- Keyset cursor (:after_completed_ms, :after_id): the last row shown (the
+-- int64 maximum and the id ceiling on the first page); the first conjunct is
+-- the index range, the second breaks ties within one millisecond.
+select *
+from cairnq_tasks
+where status in ('succeeded', 'failed', 'canceled')
+  and completed_at_ms <= :after_completed_ms
+  and (completed_at_ms < :after_completed_ms or id < :after_id)
+  and id > :id_above
+  and id < :id_below
+  and created_at_ms >= :created_from_ms
+  and created_at_ms < :created_to_ms
+  and (:status::text is null or status = :status)
+  and (:queue::text is null or queue = :queue)
+  and (:name::text is null or name = :name)
+  and (:root_id::text is null or root_id = :root_id)
+  and (:correlation_id::text is null or correlation_id = :correlation_id)
+order by completed_at_ms desc, id desc
+limit :limit

@@ -1,0 +1,22 @@
+-- cairnq: plan-per-value status queue name id_above id_below after_completed_ms after_id
+-- (The cursor is written in as literals too: each page is planned for its
+-- own position; a generic plan guesses a range's size and sorts.)
+-- Dashboard: browse_finished_newest for one final status: the status is the
+-- equality that leads cairnq_tasks_status_completed_idx, whose order is then
+-- the page's. (With the terminal IN-list beside it, PostgreSQL reads the
+-- index for three values and sorts every match.)
+select *
+from cairnq_tasks
+where status = :status
+  and completed_at_ms <= :after_completed_ms
+  and (completed_at_ms < :after_completed_ms or id < :after_id)
+  and id > :id_above
+  and id < :id_below
+  and created_at_ms >= :created_from_ms
+  and created_at_ms < :created_to_ms
+  and (:queue::text is null or queue = :queue)
+  and (:name::text is null or name = :name)
+  and (:root_id::text is null or root_id = :root_id)
+  and (:correlation_id::text is null or correlation_id = :correlation_id)
+order by completed_at_ms desc, id desc
+limit :limit
