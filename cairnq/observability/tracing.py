@@ -232,13 +232,24 @@ class CallSpan:
 
     # -- the worker's hold, passed through ----------------------------------
     def handler_done(self) -> None:
-        self._hold.handler_done()
+        hold = self._hold
+        if hold is not None:
+            hold.handler_done()
 
     def settled(self) -> None:
+        hold = self._hold
+        if hold is None:
+            return  # settled already (a hold settles once)
+        # Let go of the hold: it refers to the call's contexts, which refer to
+        # this object (ctx._span). Kept, that cycle would leave each call's
+        # objects (contexts, task rows, its asyncio task and coroutine) to the
+        # garbage collector instead of reference counting: in a traced drain
+        # it cost more than the spans themselves.
+        self._hold = None
         try:
             self.span.end()
         finally:
-            self._hold.settled()
+            hold.settled()
 
     # -- what the call came to ----------------------------------------------
     def outcome(self, ctx: TaskContext, outcome: str, message: str | None = None) -> None:

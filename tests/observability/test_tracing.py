@@ -316,6 +316,43 @@ async def test_span_names_and_attributes_follow_each_task_name_and_queue(backend
     assert seen == {i: (f"{n} process", n, queue) for i, (n, queue) in zip(ids, shapes)}
 
 
+async def test_a_settled_traced_call_is_freed_without_the_garbage_collector(
+    backend, exporter
+) -> None:
+    # The span a context refers to (ctx._span) must not keep a cycle through
+    # the worker's hold back to the contexts: each call would then wait for
+    # the garbage collector (which, in a drain, costs more than the spans).
+    import gc
+    import weakref
+
+    q = backend.client()
+    await q.connect()
+    w = backend.worker(poll_interval_ms=20, store=q.store)
+    seen: list[Any] = []
+
+    @w.task("t")
+    async def t(ctx: Any, payload: Any) -> Any:
+        seen.append(weakref.ref(ctx))
+        return payload
+
+    run = asyncio.ensure_future(w.run())
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(3):
+            await q.call("t", i, timeout_ms=20_000)
+        w.stop()
+        await run
+        assert len(seen) == 3
+        assert [ref() for ref in seen] == [None, None, None]
+    finally:
+        gc.enable()
+        if not run.done():
+            w.stop()
+            await run
+    assert len([s for s in exporter.get_finished_spans() if s.kind is SpanKind.CONSUMER]) == 3
+
+
 async def test_call_and_ctx_submit_carry_the_trace(backend, exporter) -> None:
     q = backend.client()
     await q.connect()
