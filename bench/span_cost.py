@@ -14,7 +14,9 @@ SimpleSpanProcessor and InMemorySpanExporter, the set-up of the
 * ``+ made current``: and attached as the current span while it runs;
 * ``cairnq consumer span``: what the worker does per traced task: read the
   stored traceparent, start the span (attributes, parent and link), make it
-  current, record the outcome, end it (cairnq.observability.tracing);
+  current, record the outcome, end it (cairnq.observability.tracing), for a
+  context and a hold made per call as the worker makes them (what the call
+  leaves to the garbage collector counts too);
 * ``cairnq producer span``: a traced submit around a submit that returns at
   once (span, traceparent into a copy of the metadata, task id attribute).
 
@@ -102,7 +104,8 @@ def main() -> None:
         hold.settled()
 
     def consumer() -> None:
-        _run_to_end(tracing.run_traced(settle, None, reg, [task], _Hold()))
+        contexts = [_Task()]  # a call's own context, and a hold that refers to it
+        _run_to_end(tracing.run_traced(settle, None, reg, contexts, _Hold(contexts)))
 
     async def submit(**kwargs: Any) -> Any:
         return task
@@ -158,6 +161,12 @@ class _Reg:
 
 
 class _Hold:
+    """The worker's hold on a call: like the worker's, it refers to the
+    call's contexts."""
+
+    def __init__(self, contexts: list[Any]) -> None:
+        self.contexts = contexts
+
     def handler_done(self) -> None:
         pass
 
