@@ -34,13 +34,15 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Awaitable, Callable, Optional, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 # A context is typed Any here: cairnq.context imports this module, never the
 # other way round (the contexts are only handed in).
 TaskContext = Any
 
-__all__ = ["METADATA_KEY", "STATE", "instrument", "uninstrument", "is_instrumented"]
+__all__ = ["METADATA_KEY", "STATE", "instrument", "is_instrumented", "uninstrument"]
 
 log = logging.getLogger("cairnq.tracing")
 
@@ -49,7 +51,12 @@ SYSTEM = "cairnq"
 T = TypeVar("T")
 
 # A settlement's final status -> the outcome recorded on the span.
-_OUTCOMES = {"succeeded": "succeeded", "queued": "retried", "failed": "failed", "canceled": "canceled"}
+_OUTCOMES = {
+    "succeeded": "succeeded",
+    "queued": "retried",
+    "failed": "failed",
+    "canceled": "canceled",
+}
 
 
 class _State:
@@ -93,13 +100,13 @@ class _Otel:
 
     def __init__(self) -> None:
         from opentelemetry import context, trace
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self.context = context
         self.trace = trace
-        self.propagator = TraceContextTextMapPropagator()
         self.SpanContext = trace.SpanContext
-        self.TraceFlags = trace.TraceFlags
+        # One shared TraceFlags per value: a stored context's flags are one
+        # of these instead of a new object per task (kept by the span).
+        self.flags = [trace.TraceFlags(value) for value in range(256)]
         self.TraceState = trace.TraceState
         self.empty = context.Context()
         self.Link = trace.Link
@@ -109,7 +116,7 @@ class _Otel:
         self.PRODUCER = trace.SpanKind.PRODUCER
 
 
-_api: Optional[_Otel] = None
+_api: _Otel | None = None
 
 
 def _otel() -> _Otel:
@@ -128,33 +135,41 @@ async def traced_submit(
     """Run ``submit(name=..., queue=..., metadata=..., **kwargs)`` (a store's
     submit) in a PRODUCER span, the span's context in the task's metadata."""
     api = _otel()
-    attributes = {
-        "messaging.system": SYSTEM,
-        "messaging.operation.type": "send",
-        "messaging.operation.name": "send",
-        "messaging.destination.name": queue,
-        "cairnq.task.name": name,
-    }
-    with STATE.tracer.start_as_current_span(
-        f"{name} send", kind=api.PRODUCER, attributes=attributes
-    ) as span:
-        task = await submit(name=name, queue=queue, metadata=_with_trace(api, metadata), **kwargs)
+    span_name, attributes = _bases(_producer_bases, name, queue, "send")
+    # What start_as_current_span does, without its two context managers: the
+    # span current while the submit runs, an Exception recorded (status
+    # ERROR), the span ended however the submit ends.
+    span = STATE.tracer.start_span(span_name, kind=api.PRODUCER, attributes=attributes)
+    token = api.context.attach(api.trace.set_span_in_context(span))
+    try:
+        task = await submit(name=name, queue=queue, metadata=_with_trace(span, metadata), **kwargs)
         task_id = getattr(task, "id", None)
         if isinstance(task_id, str):
             span.set_attribute("messaging.message.id", task_id)
         return task
+    except Exception as exc:
+        span.record_exception(exc)
+        span.set_status(api.Status(api.ERROR, f"{type(exc).__name__}: {exc}"))
+        raise
+    finally:
+        api.context.detach(token)
+        span.end()
 
 
-def _with_trace(api: _Otel, metadata: Any) -> Any:
-    """A copy of ``metadata`` with the current trace context under
+def _with_trace(span: Any, metadata: Any) -> Any:
+    """A copy of ``metadata`` with ``span``'s W3C trace context under
     METADATA_KEY; ``metadata`` itself when it is not a dict (validation
     explains that) or already has the key (the user's entry wins)."""
     if metadata is not None and (not isinstance(metadata, dict) or METADATA_KEY in metadata):
         return metadata
-    carrier: dict[str, str] = {}
-    api.propagator.inject(carrier)
-    if not carrier:  # no valid span context (e.g. the API with no SDK behind it)
+    sc = span.get_span_context()
+    if not sc.is_valid:  # no SDK behind the API: nothing to carry
         return metadata
+    # The W3C version-00 header, formatted here: the same text the SDK's
+    # TraceContext propagator writes, without its context lookups.
+    carrier = {"traceparent": f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{sc.trace_flags:02x}"}
+    if sc.trace_state:
+        carrier["tracestate"] = sc.trace_state.to_header()
     out = dict(metadata) if metadata else {}
     out[METADATA_KEY] = carrier
     return out
@@ -164,7 +179,9 @@ def _with_trace(api: _Otel, metadata: Any) -> Any:
 
 
 # W3C Trace Context, level 1: version-trace_id-parent_id-flags, lowercase hex;
-# a later version may append fields, version 00 may not.
+# a later version may append fields, version 00 may not. The version-00 form
+# (all that this and other SDKs write) has its own pattern: no version check.
+_TRACEPARENT_00 = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
 
 
@@ -177,12 +194,16 @@ def producer_context(api: _Otel, metadata: Any) -> Any:
     parent = carrier.get("traceparent")
     if type(parent) is not str:
         return None
-    match = _TRACEPARENT.fullmatch(parent.strip())
-    if match is None:
-        return None
-    version, trace_hex, span_hex, flags, rest = match.groups()
-    if version == "ff" or (version == "00" and rest):
-        return None
+    match = _TRACEPARENT_00.fullmatch(parent)
+    if match is not None:
+        trace_hex, span_hex, flags = match.groups()
+    else:
+        match = _TRACEPARENT.fullmatch(parent.strip())
+        if match is None:
+            return None
+        version, trace_hex, span_hex, flags, rest = match.groups()
+        if version == "ff" or (version == "00" and rest):
+            return None
     trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
     if not trace_id or not span_id:
         return None
@@ -191,11 +212,9 @@ def producer_context(api: _Otel, metadata: Any) -> Any:
     if type(state) is str and state:
         try:
             trace_state = api.TraceState.from_header([state])
-        except Exception:  # a bad tracestate loses the state, not the trace
+        except Exception:  # noqa: BLE001 - a bad tracestate loses the state, not the trace
             trace_state = None
-    return api.SpanContext(
-        trace_id, span_id, is_remote=True, trace_flags=api.TraceFlags(int(flags, 16)), trace_state=trace_state
-    )
+    return api.SpanContext(trace_id, span_id, True, api.flags[int(flags, 16)], trace_state)
 
 
 class CallSpan:
@@ -203,7 +222,7 @@ class CallSpan:
     it stands in for the worker's hold and ends the span once the call's
     tasks are all settled."""
 
-    __slots__ = ("span", "_hold", "_batch", "_failed")
+    __slots__ = ("_batch", "_failed", "_hold", "span")
 
     def __init__(self, span: Any, hold: Any, batch: bool) -> None:
         self.span = span
@@ -213,16 +232,27 @@ class CallSpan:
 
     # -- the worker's hold, passed through ----------------------------------
     def handler_done(self) -> None:
-        self._hold.handler_done()
+        hold = self._hold
+        if hold is not None:
+            hold.handler_done()
 
     def settled(self) -> None:
+        hold = self._hold
+        if hold is None:
+            return  # settled already (a hold settles once)
+        # Let go of the hold: it refers to the call's contexts, which refer to
+        # this object (ctx._span). Kept, that cycle would leave each call's
+        # objects (contexts, task rows, its asyncio task and coroutine) to the
+        # garbage collector instead of reference counting: in a traced drain
+        # it cost more than the spans themselves.
+        self._hold = None
         try:
             self.span.end()
         finally:
-            self._hold.settled()
+            hold.settled()
 
     # -- what the call came to ----------------------------------------------
-    def outcome(self, ctx: TaskContext, outcome: str, message: Optional[str] = None) -> None:
+    def outcome(self, ctx: TaskContext, outcome: str, message: str | None = None) -> None:
         """Task ``ctx`` settled with ``outcome`` (succeeded, retried, failed,
         canceled, lease_lost)."""
         span = self.span
@@ -233,11 +263,10 @@ class CallSpan:
             )
         else:
             span.set_attribute("cairnq.task.outcome", outcome)
-        if outcome == "failed" or outcome == "retried":
-            if not self._failed:
-                self._failed = True
-                api = _otel()
-                span.set_status(api.Status(api.ERROR, message or f"task {outcome}"))
+        if (outcome == "failed" or outcome == "retried") and not self._failed:
+            self._failed = True
+            api = _otel()
+            span.set_status(api.Status(api.ERROR, message or f"task {outcome}"))
 
     def error(self, exc: BaseException) -> None:
         """The handler raised ``exc``."""
@@ -250,21 +279,43 @@ def settled_outcome(span: CallSpan, ctx: TaskContext, status: str, envelope: Any
     span.outcome(ctx, _OUTCOMES.get(status, status), message if isinstance(message, str) else None)
 
 
-async def run_traced(run: Any, settings: Any, reg: Any, contexts: list[TaskContext], hold: Any) -> None:
+# (task name, queue) -> a span's name and the attributes every span of that
+# task name and queue shares, built once per operation ("send", "process").
+# The SDK copies a span's attributes: the producer passes these as they are
+# (read-only), the consumer a dict of them with the task's own values added.
+_Base = tuple[str, Mapping[str, Any]]
+_producer_bases: dict[tuple[str, str], _Base] = {}
+_consumer_bases: dict[tuple[str, str], _Base] = {}
+_MAX_BASES = 4096  # task names and queues come from code; a bound all the same
+
+
+def _bases(cache: dict[tuple[str, str], _Base], name: str, queue: str, operation: str) -> _Base:
+    base = cache.get((name, queue))
+    if base is None:
+        if len(cache) >= _MAX_BASES:
+            cache.clear()
+        attributes = {
+            "messaging.system": SYSTEM,
+            "messaging.operation.type": operation,
+            "messaging.operation.name": operation,
+            "messaging.destination.name": queue,
+            "cairnq.task.name": name,
+        }
+        base = cache[(name, queue)] = (f"{name} {operation}", MappingProxyType(attributes))
+    return base
+
+
+async def run_traced(
+    run: Any, settings: Any, reg: Any, contexts: list[TaskContext], hold: Any
+) -> None:
     """``run(settings, reg, contexts, hold)`` (the worker's ``run_call``) in a
     CONSUMER span that is the current span while the handler runs."""
     api = _otel()
     batch = reg.style == "batch"
     first = contexts[0]
-    attributes: dict[str, Any] = {
-        "messaging.system": SYSTEM,
-        "messaging.operation.type": "process",
-        "messaging.operation.name": "process",
-        "messaging.destination.name": first.queue,
-        "cairnq.task.name": reg.name,
-    }
+    span_name, base = _bases(_consumer_bases, reg.name, first.queue, "process")
     if batch:
-        attributes["messaging.batch.message_count"] = len(contexts)
+        attributes = {**base, "messaging.batch.message_count": len(contexts)}
         links = []
         for ctx in contexts:
             producer = producer_context(api, ctx.metadata)
@@ -272,8 +323,11 @@ async def run_traced(run: Any, settings: Any, reg: Any, contexts: list[TaskConte
                 links.append(api.Link(producer, {"messaging.message.id": ctx.task_id}))
         parent = api.empty
     else:
-        attributes["messaging.message.id"] = first.task_id
-        attributes["cairnq.task.attempt"] = first.attempt
+        attributes = {
+            **base,
+            "messaging.message.id": first.task_id,
+            "cairnq.task.attempt": first.attempt,
+        }
         producer = producer_context(api, first.metadata)
         if producer is None:
             links, parent = [], api.empty
@@ -282,7 +336,7 @@ async def run_traced(run: Any, settings: Any, reg: Any, contexts: list[TaskConte
             parent = api.trace.set_span_in_context(api.trace.NonRecordingSpan(producer))
     try:
         span = STATE.tracer.start_span(
-            f"{reg.name} process", context=parent, kind=api.CONSUMER, attributes=attributes, links=links
+            span_name, context=parent, kind=api.CONSUMER, attributes=attributes, links=links
         )
     except Exception:  # a provider that breaks its promise not to raise: run the call untraced
         log.exception("cairnq tracing: starting the span for %r failed", reg.name)

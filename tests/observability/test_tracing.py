@@ -264,6 +264,95 @@ async def test_submit_keeps_user_metadata_and_does_not_mutate_it(backend, export
     assert send.kind is SpanKind.PRODUCER and send.parent is None  # no active span: a new trace
 
 
+async def test_a_failed_submit_ends_its_span_with_the_error(backend, exporter) -> None:
+    from opentelemetry import trace
+
+    from cairnq.errors import AlreadyExists
+
+    q = backend.client()
+    await q.connect()
+    await q.submit("t", None, key="once")
+    exporter.clear()
+    with pytest.raises(AlreadyExists):
+        await q.submit("t", None, key="once", conflict="reject")
+    assert not trace.get_current_span().get_span_context().is_valid  # no span left current
+    [send] = exporter.get_finished_spans()
+    assert send.kind is SpanKind.PRODUCER and send.status.status_code is StatusCode.ERROR
+    assert (send.status.description or "").startswith("AlreadyExists")
+    assert [e.name for e in send.events] == ["exception"]
+    assert "messaging.message.id" not in send.attributes
+
+
+async def test_span_names_and_attributes_follow_each_task_name_and_queue(backend, exporter) -> None:
+    q = backend.client()
+    await q.connect()
+    shapes = [("a", "q1"), ("b", "q1"), ("a", "q2"), ("a", "q1")]
+    ids = [(await q.submit(name, None, queue=queue)).id for name, queue in shapes]
+    sends = exporter.get_finished_spans()
+    assert [(s.name, s.attributes["cairnq.task.name"], s.attributes["messaging.destination.name"])
+            for s in sends] == [(f"{n} send", n, queue) for n, queue in shapes]  # fmt: skip
+    assert [s.attributes["messaging.message.id"] for s in sends] == ids
+    w = backend.worker(("q1", "q2"), poll_interval_ms=20, store=q.store)
+    for name in ("a", "b"):
+
+        @w.task(name)
+        async def handler(ctx: Any, payload: Any) -> Any:
+            return None
+
+    run = asyncio.ensure_future(w.run())
+    try:
+        for task_id in ids:
+            await q.wait(task_id, timeout_ms=20_000)
+    finally:
+        w.stop()
+        await run
+    seen = {
+        s.attributes["messaging.message.id"]: (
+            s.name, s.attributes["cairnq.task.name"], s.attributes["messaging.destination.name"]
+        )
+        for s in exporter.get_finished_spans()
+        if s.kind is SpanKind.CONSUMER
+    }
+    assert seen == {i: (f"{n} process", n, queue) for i, (n, queue) in zip(ids, shapes)}
+
+
+async def test_a_settled_traced_call_is_freed_without_the_garbage_collector(
+    backend, exporter
+) -> None:
+    # The span a context refers to (ctx._span) must not keep a cycle through
+    # the worker's hold back to the contexts: each call would then wait for
+    # the garbage collector (which, in a drain, costs more than the spans).
+    import gc
+    import weakref
+
+    q = backend.client()
+    await q.connect()
+    w = backend.worker(poll_interval_ms=20, store=q.store)
+    seen: list[Any] = []
+
+    @w.task("t")
+    async def t(ctx: Any, payload: Any) -> Any:
+        seen.append(weakref.ref(ctx))
+        return payload
+
+    run = asyncio.ensure_future(w.run())
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(3):
+            await q.call("t", i, timeout_ms=20_000)
+        w.stop()
+        await run
+        assert len(seen) == 3
+        assert [ref() for ref in seen] == [None, None, None]
+    finally:
+        gc.enable()
+        if not run.done():
+            w.stop()
+            await run
+    assert len([s for s in exporter.get_finished_spans() if s.kind is SpanKind.CONSUMER]) == 3
+
+
 async def test_call_and_ctx_submit_carry_the_trace(backend, exporter) -> None:
     q = backend.client()
     await q.connect()
@@ -410,6 +499,10 @@ async def test_tracestate_travels_with_the_traceparent(backend, exporter) -> Non
     "traceparent, valid",
     [
         ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", True),
+        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", True),  # not sampled
+        (" 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01 ", True),  # padded
+        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0x", False),
+        ("00-0af7651916cd43dd8448eb211c80319c_b7ad6b7169203331-01", False),
         ("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-later", True),  # a later version may add fields
         ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-later", False),
         ("ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", False),
@@ -426,6 +519,7 @@ def test_traceparent_rules(traceparent: str, valid: bool) -> None:
     assert (found is not None) == valid
     if valid:
         assert found.is_valid and found.is_remote and found.span_id == 0xB7AD6B7169203331
+        assert found.trace_flags == int(traceparent.strip()[53:55], 16)
 
 
 async def test_canceled_and_lease_lost_outcomes(backend, exporter) -> None:
