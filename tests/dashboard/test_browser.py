@@ -394,6 +394,31 @@ def test_overview_counts_follow_a_worker_without_reload(site: Site) -> None:
     assert stats["live"].get("succeeded", 0) == n
 
 
+def test_a_task_page_follows_its_task(site: Site) -> None:
+    async def seed(client: CairnQ) -> dict[str, str]:
+        held = await client.submit("job.hold", {"video": "intro.mp4"}, queue="slow")
+        fast = [(await client.submit("job.quick", {"n": i}, queue="fast")).id for i in range(3)]
+        return {"held": held.id, "last": fast[-1]}
+
+    ids = site.db(seed)
+
+    site.open(f"/tasks/{ids['held']}", "task")
+    assert site.text("#task-status") == "queued"
+    site.wait_text("span#live-status", "live")
+    site.start_worker(("slow",))
+    site.wait_text("#task-status", "running", LIVE_TIMEOUT_S)
+    site.wait_text("#progress-message", "step 4 of 10", LIVE_TIMEOUT_S)
+
+    # The last of three quick tasks run one at a time starts and finishes
+    # within the same second as the one before it: no snapshot need ever show
+    # it running, and still its page must end up saying it succeeded.
+    site.open(f"/tasks/{ids['last']}", "task")
+    assert site.text("#task-status") == "queued"
+    site.wait_text("span#live-status", "live")
+    site.start_worker(("fast",), concurrency=1)
+    site.wait_text("#task-status", "succeeded", LIVE_TIMEOUT_S)
+
+
 # -- 6. hostile text -------------------------------------------------------------
 
 
