@@ -1,8 +1,9 @@
 """The dashboard in a real browser (headless Chromium), served by a real
 ``cairnq dashboard`` process, on both dialects: the overview, the list's
-filters and pages, a task's detail, cancel, retry and purge through the
-confirm pages, no buttons when read-only, a live count change while a worker
-process drains tasks, and hostile text rendered as text. The HTML contract the selectors rely on is in the
+filters, sorts and pages, a task's detail (a long payload cut, downloadable
+whole), cancel, retry and purge through the confirm pages, no buttons when
+read-only, live counts and a task's page following it while a worker process
+drains tasks, and hostile text rendered as text. The HTML contract the selectors rely on is in the
 dashboard's design notes (ids, data attributes, routes). See browser_kit.py.
 """
 
@@ -30,6 +31,7 @@ from cairnq import STATUSES, CairnQ, TaskError
 
 __all__ = ["chromium", "screenshots_dir", "site"]  # fixtures, used by name
 
+BIG = {"pages": [f"page {i}: " + "lorem ipsum " * 10 for i in range(1000)]}  # > 64 KiB
 SCRIPT = "<script>alert(1)</script>"
 BREAKOUT = '"><img src=x onerror=alert(1)>'
 
@@ -177,8 +179,11 @@ def test_list_filters_narrow_the_rows_and_pages_follow(site: Site) -> None:
     assert len(every) == 32
 
     site.open("/tasks", "tasks")
-    assert sorted(row_ids(site)) == sorted(every)
+    newest = row_ids(site)
+    assert sorted(newest) == sorted(every)
     site.screenshot("list")
+    fill(site, sort="oldest")
+    assert row_ids(site) == newest[::-1]
 
     fill(site, queue="reports")
     assert set(column(site, "queue")) == {"reports"} and len(row_ids(site)) == 7
@@ -223,7 +228,8 @@ def test_task_detail_shows_payload_result_and_error(site: Site) -> None:
         )
         done = await client.get(top.id)
         assert done is not None and done.result is not None
-        return {"bad": bad.id, "top": top.id, "child": done.result["child"]}
+        big = await client.submit("invoice.archive", BIG, queue="archive")
+        return {"bad": bad.id, "top": top.id, "child": done.result["child"], "big": big.id}
 
     ids = site.db(seed)
     bad = site.task(ids["bad"])
@@ -258,6 +264,15 @@ def test_task_detail_shows_payload_result_and_error(site: Site) -> None:
     assert ids["top"] in site.text("#task-id")
     site.open(f"/tasks/{ids['child']}", "task")
     assert site.find("a#root-link").get_attribute("href").endswith(f"/tasks/{ids['top']}")
+
+    site.open(f"/tasks/{ids['big']}", "task")
+    shown = site.text("pre#payload")
+    assert shown.startswith('{\n  "pages": [') and len(shown) < len(json.dumps(BIG))
+    link = site.find("a#download-payload").get_attribute("href")
+    assert link.endswith(f"/tasks/{ids['big']}/payload.json")
+    with urllib.request.urlopen(link, timeout=10) as reply:
+        assert "attachment" in reply.headers["Content-Disposition"]
+        assert json.loads(reply.read()) == BIG
 
 
 # -- 4. actions ------------------------------------------------------------------
