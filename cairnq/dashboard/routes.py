@@ -175,6 +175,7 @@ class Dashboard:
         return [
             Route("/", self.overview),
             Route("/api/overview", self.api_overview),
+            Route("/api/tasks/{task_id}/status", self.api_task_status),
             Route("/events", EventStream(self.hub)),
             Route("/tasks", self.task_list),
             *downloads,
@@ -266,6 +267,19 @@ class Dashboard:
 
     async def api_overview(self, request: Request) -> Response:
         return JSONResponse(await _overview_json(await self.client()), headers=_NO_STORE)
+
+    async def api_task_status(self, request: Request) -> Response:
+        """``{"status": ...}`` of one task (a primary-key read): a followed
+        task's page asks when the overview's running list cannot tell
+        whether its task has moved on."""
+        task_id = request.path_params["task_id"]
+        try:
+            ref = await (await self.client()).get_status(task_id)
+        except (TypeError, ValueError):
+            ref = None
+        if ref is None:
+            return JSONResponse({"status": None}, status_code=404, headers=_NO_STORE)
+        return JSONResponse({"status": ref.status}, headers=_NO_STORE)
 
     async def task_list(self, request: Request) -> Response:
         query = request.query_params

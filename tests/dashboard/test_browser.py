@@ -1,8 +1,9 @@
 """The dashboard in a real browser (headless Chromium), served by a real
 ``cairnq dashboard`` process, on both dialects: the overview, the list's
-filters and pages, a task's detail, cancel, retry and purge through the
-confirm pages, no buttons when read-only, a live count change while a worker
-process drains tasks, and hostile text rendered as text. The HTML contract the selectors rely on is in the
+filters, sorts and pages, a task's detail (a long payload cut, downloadable
+whole), cancel, retry and purge through the confirm pages, no buttons when
+read-only, live counts and a task's page following it while a worker process
+drains tasks, and hostile text rendered as text. The HTML contract the selectors rely on is in the
 dashboard's design notes (ids, data attributes, routes). See browser_kit.py.
 """
 
@@ -30,6 +31,7 @@ from cairnq import STATUSES, CairnQ, TaskError
 
 __all__ = ["chromium", "screenshots_dir", "site"]  # fixtures, used by name
 
+BIG = {"pages": [f"page {i}: " + "lorem ipsum " * 10 for i in range(1000)]}  # > 64 KiB
 SCRIPT = "<script>alert(1)</script>"
 BREAKOUT = '"><img src=x onerror=alert(1)>'
 
@@ -177,8 +179,11 @@ def test_list_filters_narrow_the_rows_and_pages_follow(site: Site) -> None:
     assert len(every) == 32
 
     site.open("/tasks", "tasks")
-    assert sorted(row_ids(site)) == sorted(every)
+    newest = row_ids(site)
+    assert sorted(newest) == sorted(every)
     site.screenshot("list")
+    fill(site, sort="oldest")
+    assert row_ids(site) == newest[::-1]
 
     fill(site, queue="reports")
     assert set(column(site, "queue")) == {"reports"} and len(row_ids(site)) == 7
@@ -223,7 +228,8 @@ def test_task_detail_shows_payload_result_and_error(site: Site) -> None:
         )
         done = await client.get(top.id)
         assert done is not None and done.result is not None
-        return {"bad": bad.id, "top": top.id, "child": done.result["child"]}
+        big = await client.submit("invoice.archive", BIG, queue="archive")
+        return {"bad": bad.id, "top": top.id, "child": done.result["child"], "big": big.id}
 
     ids = site.db(seed)
     bad = site.task(ids["bad"])
@@ -258,6 +264,15 @@ def test_task_detail_shows_payload_result_and_error(site: Site) -> None:
     assert ids["top"] in site.text("#task-id")
     site.open(f"/tasks/{ids['child']}", "task")
     assert site.find("a#root-link").get_attribute("href").endswith(f"/tasks/{ids['top']}")
+
+    site.open(f"/tasks/{ids['big']}", "task")
+    shown = site.text("pre#payload")
+    assert shown.startswith('{\n  "pages": [') and len(shown) < len(json.dumps(BIG))
+    link = site.find("a#download-payload").get_attribute("href")
+    assert link.endswith(f"/tasks/{ids['big']}/payload.json")
+    with urllib.request.urlopen(link, timeout=10) as reply:
+        assert "attachment" in reply.headers["Content-Disposition"]
+        assert json.loads(reply.read()) == BIG
 
 
 # -- 4. actions ------------------------------------------------------------------
@@ -392,6 +407,35 @@ def test_overview_counts_follow_a_worker_without_reload(site: Site) -> None:
     assert site.text("span#updated-at") != before
     stats = site.db(lambda client: client.stats("live"))
     assert stats["live"].get("succeeded", 0) == n
+
+
+def test_a_task_page_follows_its_task_into_running(site: Site) -> None:
+    held = site.db(lambda client: client.submit("job.hold", {"video": "intro.mp4"}, queue="slow"))
+    site.open(f"/tasks/{held.id}", "task")
+    assert site.text("#task-status") == "queued"
+    site.start_worker(("slow",))
+    site.wait_text("#task-status", "running", LIVE_TIMEOUT_S)
+    site.wait_text("#progress-message", "step 4 of 10", LIVE_TIMEOUT_S)
+
+
+def test_a_task_page_sees_its_task_finish_between_snapshots(site: Site) -> None:
+    # The last of three quick tasks run one at a time starts and finishes
+    # within the second after the first one's claim: no snapshot need ever
+    # show it running, and still its page must end up saying it succeeded.
+    async def seed(client: CairnQ) -> str:
+        return [(await client.submit("job.quick", {"n": i}, queue="fast")).id for i in range(3)][-1]
+
+    last = site.db(seed)
+    site.open(f"/tasks/{last}", "task")
+    assert site.text("#task-status") == "queued"
+    site.start_worker(("fast",), concurrency=1)
+
+    async def finished(client: CairnQ) -> bool:
+        task = await client.get(last)
+        return task is not None and task.status == "succeeded"
+
+    wait_until(lambda: site.db(finished), LIVE_TIMEOUT_S, "the worker to run the tasks")
+    site.wait_text("#task-status", "succeeded", LIVE_TIMEOUT_S)
 
 
 # -- 6. hostile text -------------------------------------------------------------

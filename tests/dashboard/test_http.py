@@ -122,6 +122,11 @@ async def test_pages_follow_the_html_contract(backend: Any, dashboard_servers: A
 
     api = await http.get("/api/overview")
     assert api.json()["totals"]["queued"] == 3
+    # a followed task's page asks for its status by primary key
+    status = await http.get(f"/api/tasks/{child.id}/status")
+    assert status.json() == {"status": "queued"} and status.headers["cache-control"]
+    assert (await http.get("/api/tasks/task_00000000000000000000000000/status")).status_code == 404
+    assert (await http.get("/api/tasks/not-an-id/status")).status_code == 404
     missing = await http.get("/tasks/task_00000000000000000000000000")
     assert missing.status_code == 404 and 'data-page="error"' in missing.text
     assert_secure_headers(missing)

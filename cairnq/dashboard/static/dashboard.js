@@ -245,6 +245,22 @@
   // A queued or running task's page follows it through the same stream: the
   // overview lists running tasks with their progress. When the task starts or
   // stops running the page reloads once to show its new state.
+  // One primary-key read: reload when the task's status is not the page's.
+  var asking = false;
+  function reloadIfMoved(id, was) {
+    if (asking || !window.fetch) { return; }
+    asking = true;
+    var url = main.getAttribute("data-events").replace(/\/events$/, "") +
+      "/api/tasks/" + encodeURIComponent(id) + "/status";
+    window.fetch(url, { credentials: "same-origin", cache: "no-store" })
+      .then(function (response) { return response.ok ? response.json() : null; })
+      .then(function (body) {
+        asking = false;
+        if (body && body.status && body.status !== was) { window.location.reload(); }
+      })
+      .catch(function () { asking = false; });
+  }
+
   function updateTask(data) {
     var id = main.getAttribute("data-live-task");
     // A snapshot older than the page says nothing new (the stream may start
@@ -256,11 +272,13 @@
       if (data.running[i].id === id) { row = data.running[i]; break; }
     }
     if (was === "queued") {
-      if (row) { window.location.reload(); }
+      // Not in the running list: still queued, or it ran between two
+      // snapshots (the list is read at most once a second). Ask.
+      if (row) { window.location.reload(); } else { reloadIfMoved(id, was); }
       return;
     }
     if (!row) {
-      if (!data.running_truncated) { window.location.reload(); }
+      if (data.running_truncated) { reloadIfMoved(id, was); } else { window.location.reload(); }
       return;
     }
     var bar = document.getElementById("progress");
