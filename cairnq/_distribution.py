@@ -62,7 +62,8 @@ def check_not_mixed(init_file: str) -> None:
     raise ImportError(
         f"two distributions provide the `cairnq` package in this environment: "
         f"{DISTRIBUTION} {version()} (installed last: it owns cairnq/__init__.py) and "
-        f"{REFERENCE} {other.version} (the reference SDK). They overwrite each other's "
+        f"{REFERENCE} {other.version} (the reference SDK's distribution name). They "
+        f"overwrite each other's "
         f"files, so neither is intact. Keep one:\n    {FIX}\n"
         f"(or `... && pip install {REFERENCE}` to keep the reference SDK instead)",
         name="cairnq",
