@@ -41,10 +41,10 @@ fresh_venv() {  # $1: path; the rest: packages to install into it
   if [ "$#" -gt 0 ]; then "$where/bin/python" "${PIP[@]}" install "$@"; fi
 }
 
-no_compiler() {  # run "$@" with only the given venv's bin/ on PATH, and CC=false
+no_compiler() {  # run "$@" with only the venv's bin/ on PATH, CC=false, nothing inherited
   local bin="$1"
   shift
-  env -i HOME="$HOME" PATH="$bin" CC=false CXX=false LANG=C.UTF-8 "$@"
+  env -i HOME="$HOME" PATH="$bin" CC=false CXX=false LANG=C.UTF-8 CAIRNQ_TEST_INSTALLED=1 "$@"
 }
 
 smoke() {  # $1: venv, $2: the expected cairnq.SPEEDUPS; from a scratch cwd
