@@ -41,10 +41,10 @@ fresh_venv() {  # $1: path; the rest: packages to install into it
   if [ "$#" -gt 0 ]; then "$where/bin/python" "${PIP[@]}" install "$@"; fi
 }
 
-no_compiler() {  # run "$@" with only the venv's bin/ on PATH, CC=false, nothing inherited
+no_compiler() {  # run "$@" with only the venv's bin/ on PATH, and CC=false
   local bin="$1"
   shift
-  env -i HOME="$HOME" PATH="$bin" CC=false CXX=false LANG=C.UTF-8 CAIRNQ_TEST_INSTALLED=1 "$@"
+  env -u PYTHONPATH -u PYTHONHOME PATH="$bin" CC=false CXX=false CAIRNQ_TEST_INSTALLED=1 "$@"
 }
 
 smoke() {  # $1: venv, $2: the expected cairnq.SPEEDUPS; from a scratch cwd
@@ -52,10 +52,10 @@ smoke() {  # $1: venv, $2: the expected cairnq.SPEEDUPS; from a scratch cwd
   scratch="$(mktemp -d)"
   (
     cd "$scratch"
-    if no_compiler "$venv/bin" sh -c 'command -v gcc || command -v cc || command -v clang'; then
-      echo "a compiler is still on PATH" >&2
-      exit 1
-    fi
+    # (/bin/sh by its path: only the venv is on PATH)
+    no_compiler "$venv/bin" /bin/sh -c \
+      'for c in gcc cc clang c99; do ! command -v $c || exit 1; done' >/dev/null ||
+      { echo "a C compiler is still on PATH" >&2; exit 1; }
     no_compiler "$venv/bin" python -I -c "
 import cairnq, sys
 print('   ', cairnq.IMPLEMENTATION, cairnq.__version__, 'kernels:', cairnq.SPEEDUPS, 'at', cairnq.__file__)
