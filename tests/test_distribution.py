@@ -138,7 +138,7 @@ def test_the_reference_over_ours_refuses_then_the_fix_works(
 ) -> None:
     missing = [p for p in SHADOWING if "refuse_unless_ours" not in (ROOT / p).read_text()]
     if missing:
-        pytest.skip(f"the guard lines of docs/install.md are not in {missing} yet")
+        pytest.skip(f"refuse_unless_ours() is not called in {missing} yet")
     python = _venv(tmp_path / "venv", wheels, "ours", "reference")
     _assert_refused(python)
     _pip(python, "uninstall", "-y", "cairnq", "cairnq-fast")
