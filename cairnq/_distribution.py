@@ -5,8 +5,10 @@ Ours is the distribution ``cairnq-fast``; it provides the same import package,
 wheel at install time, so when both are installed in one environment the one
 installed last owns the shared files (``cairnq/__init__.py`` among them).
 When that is ours, ``check_not_mixed()`` notices the other one (one metadata
-lookup, at import) and refuses with the fix; when it is the reference's, the
-reference's own code runs and ``cairnq.IMPLEMENTATION`` does not exist.
+lookup, at import) and refuses with the fix. When it is the reference's, its
+own ``__init__`` runs (without ``cairnq.IMPLEMENTATION``) and soon imports one
+of our leftover packages that shadow its modules; ``refuse_unless_ours()``,
+called first by each of them, refuses there with the same fix.
 
 Imports nothing of cairnq: it runs first, before any module that the other
 distribution may have overwritten.
@@ -63,8 +65,7 @@ def check_not_mixed(init_file: str) -> None:
         f"two distributions provide the `cairnq` package in this environment: "
         f"{DISTRIBUTION} {version()} (installed last: it owns cairnq/__init__.py) and "
         f"{REFERENCE} {other.version} (the reference SDK's distribution name). They "
-        f"overwrite each other's "
-        f"files, so neither is intact. Keep one:\n    {FIX}\n"
+        f"overwrite each other's files, so neither is intact. Keep one:\n    {FIX}\n"
         f"(or `... && pip install {REFERENCE}` to keep the reference SDK instead)",
         name="cairnq",
     )
