@@ -3,10 +3,21 @@
 A fast, drop-in implementation of the ``cairnq`` 0.15.1 Python API, sharing
 databases with the reference Python and TypeScript SDKs. ``SPEEDUPS`` says
 whether the compiled kernels are active (``"cython"``) or the pure-Python
-twins (``"python"``).
+twins (``"python"``). It installs as the distribution ``cairnq-fast``
+(``IMPLEMENTATION``); the reference SDK's distribution, ``cairnq``, has
+neither attribute (docs/install.md).
 """
 
 from __future__ import annotations
+
+#: "cairnq-fast": this implementation (the reference SDK has no such attribute).
+IMPLEMENTATION = "cairnq-fast"
+
+from cairnq import _distribution  # after IMPLEMENTATION: the guards below read it
+
+# The reference distribution `cairnq` installed beside ours overwrote part of
+# this package: refuse before importing any of it (docs/install.md).
+_distribution.check_not_mixed(__file__)
 
 try:
     from cairnq._speedups import IMPLEMENTATION as _IMPLEMENTATION
@@ -54,17 +65,8 @@ from cairnq.worker import Worker
 # top of it, so the store's use_backpressure() gets its gate class from here.
 _install_gate_factory(_QueueDepthGate)
 
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("cairnq")
-    except PackageNotFoundError:
-        return "0.0.0.dev0"
-
-
-__version__ = _version()
+#: The version of the ``cairnq-fast`` distribution (not of the reference's ``cairnq``).
+__version__ = _distribution.version()
 #: "cython" when the compiled kernels are active, "python" for the pure twins.
 SPEEDUPS: str = _IMPLEMENTATION
 

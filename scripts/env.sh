@@ -47,10 +47,13 @@ install_cairnq() {
   "$VENV/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps \
     -w "$ROOT/.cache/dist" "$ROOT" 2>&1 | grep -v -i -E "warning|^\s*$" || true
   local wheel
-  wheel="$(ls "$ROOT"/.cache/dist/cairnq-*.whl)"
+  wheel="$(ls "$ROOT"/.cache/dist/cairnq_fast-*.whl)"  # the distribution cairnq-fast
+  # A venv made before the rename holds this project as the distribution `cairnq`:
+  # remove it, or cairnq refuses to import beside it (cairnq/_distribution.py).
+  "$VENV/bin/python" -m pip uninstall --quiet --disable-pip-version-check -y cairnq >/dev/null 2>&1 || true
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$wheel$1"
-  (cd / && "$VENV/bin/python" -c "import cairnq; print('== cairnq', cairnq.__version__, 'kernels:', cairnq.SPEEDUPS, 'at', cairnq.__file__)")
+  (cd / && "$VENV/bin/python" -c "import cairnq; print('==', cairnq.IMPLEMENTATION, cairnq.__version__, 'kernels:', cairnq.SPEEDUPS, 'at', cairnq.__file__)")
 }
 
 run_tests() {

@@ -16,10 +16,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Each layer's directory, and what it may import from the package (prefixes of
 # module names). Errors and models are the shared vocabulary of every layer;
-# events is the instrumentation seam every layer reports on (it imports nothing).
+# events is the instrumentation seam every layer reports on (it imports nothing);
+# _distribution refuses to run under the reference SDK's package (it imports nothing).
 LAYERS = {
     "storage": (ROOT / "cairnq" / "store", ("cairnq.store", "cairnq._ids", "cairnq._sql", "cairnq._speedups",
-                                            "cairnq.errors", "cairnq.models", "cairnq.events")),
+                                            "cairnq.errors", "cairnq.models", "cairnq.events",
+                                            "cairnq._distribution")),
     "kernels": (ROOT / "_speedups", ("cairnq._speedups", "cairnq.errors", "cairnq.models")),
     # Periodic schedules talk to a store they are handed (any TaskStore): they
     # import neither the worker that runs them nor a driver.

@@ -13,6 +13,12 @@ import os
 import sys
 from collections.abc import Sequence
 
+import cairnq
+from cairnq import _distribution
+
+# The reference SDK's `cairnq`, installed after us, may own the package now.
+_distribution.refuse_unless_ours("the `cairnq` command")
+
 from cairnq.cli import dashboard, demo, migrate, schedules, tasks, top, worker
 from cairnq.cli.common import (
     ENV_DB,
@@ -26,8 +32,9 @@ from cairnq.cli.common import (
     log,
     one_line,
 )
+from cairnq.store.ops.core import SUPPORTED_PROTOCOL_MAJOR
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "version_line"]
 
 _EPILOG = f"""\
 database:
@@ -104,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[_common_options(suppress=False)],
     )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=version_line(),
+        help="print the implementation, its version, the active kernels and the protocol",
+    )
     common = _common_options(suppress=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
     worker.add_parser(commands, common)
@@ -114,6 +127,15 @@ def build_parser() -> argparse.ArgumentParser:
     dashboard.add_parser(commands, common)
     demo.add_parser(commands)
     return parser
+
+
+def version_line() -> str:
+    """``cairnq-fast 0.16.0 (kernels: cython; protocol 1)``: which implementation
+    and distribution is active, its kernels and the storage protocol it speaks."""
+    return (
+        f"{cairnq.IMPLEMENTATION} {cairnq.__version__} "
+        f"(kernels: {cairnq.SPEEDUPS}; protocol {SUPPORTED_PROTOCOL_MAJOR})"
+    )
 
 
 class _Logging:

@@ -1,5 +1,10 @@
 """The worker: claims tasks and runs their handlers. See ``worker.py``."""
 
+from cairnq._distribution import refuse_unless_ours
+
+# Named like a module of the reference SDK: refuse under its package (docs/install.md).
+refuse_unless_ours("cairnq/worker/")
+
 from cairnq._backoff import (
     DEFAULT_RETRY_BACKOFF_MAX_MS,
     DEFAULT_RETRY_BACKOFF_MS,

@@ -1,5 +1,10 @@
 """The PostgreSQL driver: ``PostgresStore`` and its parts."""
 
+from cairnq._distribution import refuse_unless_ours
+
+# Named like a module of the reference SDK: refuse under its package (docs/install.md).
+refuse_unless_ours("cairnq/store/postgres/")
+
 from cairnq.store.postgres.listener import (
     DONE_CHANNEL,
     LISTENER_RETRY_MAX_MS,
