@@ -36,10 +36,21 @@ class CairnQBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
+        # A configuration error is raised on first use and reported by Django's
+        # checks, not here: @task builds the backend while a module imports.
+        self._spec: StoreSpec | None = None
+        self._problem = ""
         try:
-            self.spec: StoreSpec = store_spec(self.options, settings.DATABASES)
+            self._spec = store_spec(self.options, settings.DATABASES)
         except (ValueError, ImportError) as exc:
-            raise InvalidTaskBackend(f"TASKS[{alias!r}]: {exc}") from exc
+            self._problem = f"TASKS[{alias!r}]: {exc}"
+
+    @property
+    def spec(self) -> StoreSpec:
+        """Where this backend's tasks are stored."""
+        if self._spec is None:
+            raise InvalidTaskBackend(self._problem)
+        return self._spec
 
     @property
     def portal(self) -> Portal:
@@ -102,7 +113,9 @@ class CairnQBackend(BaseTaskBackend):
         return self._found(result_id, row)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        if self.spec.dialect != "postgres":
+        if self._spec is None:
+            return [checks.Error(self._problem, id="cairnq.E001")]
+        if self._spec.dialect != "postgres":
             return []
         try:
             import psycopg  # noqa: F401
@@ -111,7 +124,7 @@ class CairnQBackend(BaseTaskBackend):
                 checks.Error(
                     f"TASKS[{self.alias!r}] stores tasks in PostgreSQL, which needs psycopg 3",
                     hint="pip install 'cairnq-fast[django,postgres]'",
-                    id="cairnq.E001",
+                    id="cairnq.E002",
                 )
             ]
         return []
