@@ -1,8 +1,10 @@
 """The Django application: listing it in INSTALLED_APPS adds ``cairnq_worker``."""
 
+# mypy: disallow-subclassing-any=False
+
 from __future__ import annotations
 
-from django.apps import AppConfig
+from cairnq.contrib.django._django import AppConfig
 
 
 class CairnQConfig(AppConfig):

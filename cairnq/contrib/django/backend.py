@@ -5,21 +5,26 @@
 ``python manage.py cairnq_worker`` runs them.
 """
 
+# mypy: disallow-subclassing-any=False
+
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
-
-from django.conf import settings
-from django.core import checks
-from django.tasks import Task as DjangoTask
-from django.tasks import TaskResult
-from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
-from django.utils import timezone
+from collections.abc import Sequence
+from typing import Any
 
 from cairnq.client import CairnQ
+from cairnq.contrib.django._django import (
+    BaseTaskBackend,
+    DjangoTask,
+    InvalidTaskBackend,
+    TaskResult,
+    TaskResultDoesNotExist,
+    checks,
+    settings,
+    task_enqueued,
+    timezone,
+)
 from cairnq.contrib.django.config import StoreSpec, store_spec
 from cairnq.contrib.django.portal import Portal, portal_for
 from cairnq.contrib.django.results import ms_of, payload_of, task_result

@@ -11,13 +11,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal
 
 from cairnq.store.base import TaskStore
 from cairnq.store.factory import postgres_store, sqlite_store
 
-__all__ = ["StoreSpec", "store_spec", "django_database_dsn", "DEFAULT_SCHEMA"]
+__all__ = ["DEFAULT_SCHEMA", "StoreSpec", "django_database_dsn", "store_spec"]
 
 DEFAULT_SCHEMA = "cairnq"
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -34,7 +35,7 @@ class StoreSpec:
 
     dialect: Literal["sqlite", "postgres"]
     target: str  # file path or DSN
-    schema: Optional[str] = None
+    schema: str | None = None
     max_attempts: int = 1
 
     def open(self) -> TaskStore:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import logging
 import os
 import threading
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
-from typing import Awaitable, Callable, Optional, TypeVar
+from typing import TypeVar
 
 from cairnq.client import CairnQ
 from cairnq.contrib.django.config import StoreSpec
@@ -22,23 +24,24 @@ from cairnq.contrib.django.config import StoreSpec
 __all__ = ["Portal", "portal_for"]
 
 T = TypeVar("T")
+log = logging.getLogger("cairnq.django")
 _CLOSE_TIMEOUT_S = 5.0
 
 _lock = threading.Lock()
-_portals: dict[tuple[int, StoreSpec], "Portal"] = {}
+_portals: dict[tuple[int, StoreSpec], Portal] = {}
 
 
 class Portal:
     def __init__(self, spec: StoreSpec) -> None:
         self._client = CairnQ(spec.open())
         self._loop = asyncio.new_event_loop()
-        self._connected: Optional[asyncio.Future[None]] = None
+        self._connected: asyncio.Future[None] | None = None
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="cairnq-django", daemon=True
         )
         self._thread.start()
 
-    def _submit(self, call: Callable[[CairnQ], Awaitable[T]]) -> "Future[T]":
+    def _submit(self, call: Callable[[CairnQ], Awaitable[T]]) -> Future[T]:
         async def run() -> T:
             if self._connected is None:  # the first call connects; others wait for it
                 self._connected = asyncio.ensure_future(self._client.connect())
@@ -62,7 +65,7 @@ class Portal:
         try:
             asyncio.run_coroutine_threadsafe(closing(), self._loop).result(_CLOSE_TIMEOUT_S)
         except Exception:  # exiting anyway: the database keeps what was committed
-            pass
+            log.debug("closing the cairnq client failed", exc_info=True)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(_CLOSE_TIMEOUT_S)
 
@@ -86,4 +89,3 @@ def _close_all() -> None:
         _portals.clear()
     for portal in mine:
         portal.close()
-

@@ -15,28 +15,31 @@ and canceled -> FAILED (a cancel reads as an error of cairnq.errors.TaskCanceled
 
 from __future__ import annotations
 
-from datetime import datetime, timezone as dt_timezone
-from typing import Any, Optional
+from datetime import datetime
+from datetime import timezone as dt_timezone
+from typing import Any
 
-from django.conf import settings
-from django.tasks import Task as DjangoTask
-from django.tasks import TaskResult, TaskResultStatus
-from django.tasks.base import TaskError
-from django.tasks.exceptions import TaskResultDoesNotExist
-from django.utils import timezone
-from django.utils.module_loading import import_string
-
+from cairnq.contrib.django._django import (
+    DjangoTask,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    import_string,
+    settings,
+    timezone,
+)
 from cairnq.models import Task
 
 __all__ = [
     "STATUS",
-    "payload_of",
-    "success_result",
     "error_details",
-    "task_result",
-    "resolve_task",
-    "when",
     "ms_of",
+    "payload_of",
+    "resolve_task",
+    "success_result",
+    "task_result",
+    "when",
 ]
 
 STATUS = {
@@ -50,7 +53,7 @@ _CANCELED_CLASS = "cairnq.errors.TaskCanceled"
 _ENVELOPE_CLASS = "cairnq.errors.TaskError"  # an error some other worker wrote
 
 
-def payload_of(args: Any, kwargs: Any, run_after: Optional[datetime]) -> dict[str, Any]:
+def payload_of(args: Any, kwargs: Any, run_after: datetime | None) -> dict[str, Any]:
     payload: dict[str, Any] = {"args": list(args), "kwargs": dict(kwargs)}
     if run_after is not None:
         payload["run_after"] = run_after.isoformat()
@@ -72,7 +75,7 @@ def error_details(
     }
 
 
-def when(ms: Optional[int]) -> Optional[datetime]:
+def when(ms: int | None) -> datetime | None:
     """An epoch-ms time as Django wants it: aware in UTC, or naive local
     time when USE_TZ is off."""
     if ms is None:
@@ -95,7 +98,7 @@ def resolve_task(name: str) -> DjangoTask:
     except ImportError as exc:
         raise ValueError(f"{name!r} does not import: {exc}") from exc
     if not isinstance(found, DjangoTask):
-        raise ValueError(f"{name!r} is a {type(found).__name__}, not a Django task")
+        raise ValueError(f"{name!r} is a {type(found).__name__}, not a Django task")  # noqa: TRY004
     return found
 
 
@@ -114,11 +117,13 @@ def _errors(row: Task) -> list[TaskError]:
         text = f"{error.get('type', 'TaskError')}: {error.get('message', '')} ({error.get('code')})"
         return [TaskError(exception_class_path=_ENVELOPE_CLASS, traceback=text)]
     if row.status == "canceled":
-        return [TaskError(exception_class_path=_CANCELED_CLASS, traceback=f"task {row.id} was canceled")]
+        return [
+            TaskError(exception_class_path=_CANCELED_CLASS, traceback=f"task {row.id} was canceled")
+        ]
     return []
 
 
-def _latest_attempt(row: Task) -> tuple[Optional[int], Optional[str]]:
+def _latest_attempt(row: Task) -> tuple[int | None, str | None]:
     """(start in epoch ms, worker id) of the latest attempt, as far as the row tells."""
     started: Any = None
     worker = row.worker_id
@@ -135,7 +140,7 @@ def _latest_attempt(row: Task) -> tuple[Optional[int], Optional[str]]:
     return (started if type(started) is int else None), worker
 
 
-def task_result(row: Task, alias: str, task: Optional[DjangoTask] = None) -> TaskResult:
+def task_result(row: Task, alias: str, task: DjangoTask | None = None) -> TaskResult:
     """Django's TaskResult for a cairnq task row."""
     if task is None:
         try:

@@ -24,30 +24,34 @@ import asyncio
 import logging
 import sys
 import time
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from importlib import import_module
 from inspect import iscoroutinefunction
 from traceback import format_exception
-from typing import Any, Awaitable, Callable, Iterable, Optional
-
-from django.apps import apps
-from django.conf import settings
-from django.db import close_old_connections
-from django.tasks import Task as DjangoTask
-from django.tasks import TaskContext as DjangoContext
-from django.tasks import TaskResult, TaskResultStatus
-from django.tasks.exceptions import InvalidTask
-from django.tasks.signals import task_finished, task_started
-from django.utils.json import normalize_json
-from django.utils.module_loading import autodiscover_modules
+from typing import Any
 
 from cairnq.context import TaskContext
+from cairnq.contrib.django._django import (
+    DjangoContext,
+    DjangoTask,
+    InvalidTask,
+    TaskResult,
+    TaskResultStatus,
+    apps,
+    autodiscover_modules,
+    close_old_connections,
+    normalize_json,
+    settings,
+    task_finished,
+    task_started,
+)
 from cairnq.contrib.django.results import error_details, resolve_task, success_result, when
 from cairnq.errors import TaskError
 from cairnq.worker import Worker
 
-__all__ = ["DjangoRunner", "discover_tasks", "DISCOVER_INTERVAL_S", "DISCOVER_LIMIT"]
+__all__ = ["DISCOVER_INTERVAL_S", "DISCOVER_LIMIT", "DjangoRunner", "discover_tasks"]
 
 log = logging.getLogger("cairnq.django")
 
@@ -209,7 +213,7 @@ class DjangoRunner:
         )
 
     def _finished(
-        self, result: TaskResult, status: TaskResultStatus, value: Optional[Any] = None
+        self, result: TaskResult, status: TaskResultStatus, value: Any | None = None
     ) -> None:
         object.__setattr__(result, "status", status)
         object.__setattr__(result, "finished_at", when(int(time.time() * 1000)))

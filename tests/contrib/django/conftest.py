@@ -20,12 +20,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
-
 from backends import DIALECTS, create_database, drop_database, dsn_for
 
 PROJECT = Path(tempfile.mkdtemp(prefix="cairnq-django-"))
@@ -34,12 +34,12 @@ shutil.copytree(Path(__file__).parent / "project", PROJECT, dirs_exist_ok=True)
 sys.path.insert(0, str(PROJECT))
 os.environ["DJANGO_SETTINGS_MODULE"] = "tasksite.settings"
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
-from django.test.utils import override_settings  # noqa: E402
-from tasksite.settings import configure  # noqa: E402
+from django.test.utils import override_settings
+from tasksite.settings import configure
 
 SITES = ["sqlite"] + (["postgres", "django-postgres"] if "postgres" in DIALECTS else [])
 WAIT_S = 60.0  # how long a test waits for a worker before it gives up (not a speed bound)
@@ -56,7 +56,9 @@ class Site:
     def worker_env(self) -> dict[str, str]:
         return {**os.environ, **self.env, "PYTHONDONTWRITEBYTECODE": "1"}
 
-    def start_worker(self, *flags: str, ready: str = "Django task(s) found") -> subprocess.Popen[str]:
+    def start_worker(
+        self, *flags: str, ready: str = "Django task(s) found"
+    ) -> subprocess.Popen[str]:
         """``manage.py cairnq_worker`` as a real process, once it says it serves."""
         proc = subprocess.Popen(
             [sys.executable, "manage.py", "cairnq_worker", "--poll-interval-ms", "50", *flags],

@@ -8,17 +8,16 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from conftest import Site
 from django.core.exceptions import ImproperlyConfigured
 from django.tasks import TaskResultStatus, default_task_backend, task_backends
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.test.utils import override_settings
 from django.utils import timezone
+from taskapp.tasks import add, send_mail
 
 from cairnq.contrib.django import CairnQBackend
 from cairnq.contrib.django.config import StoreSpec, store_spec
-from taskapp.tasks import add, send_mail
-
-from conftest import Site
 
 
 def row_of(task_id: str) -> Any:
@@ -67,7 +66,7 @@ def test_get_result_of_a_pending_task(site: Site) -> None:
     assert result.started_at is None and result.finished_at is None
     assert result.worker_ids == [] and result.errors == []
     with pytest.raises(ValueError, match="not finished"):
-        result.return_value
+        _ = result.return_value
     assert add.get_result(enqueued.id).id == enqueued.id  # the task's own look-up
     result.refresh()
     assert result.status == TaskResultStatus.READY
@@ -118,11 +117,13 @@ PG_DEFAULT = {
 
 
 def test_store_spec_from_options() -> None:
-    assert store_spec({"db": "tasks.sqlite3"}, SQLITE_DEFAULT) == StoreSpec("sqlite", "tasks.sqlite3")
-    dsn = "postgresql://postgres@127.0.0.1:5432/q"
-    assert store_spec({"db": dsn, "schema": "jobs", "max_attempts": 3}, SQLITE_DEFAULT) == StoreSpec(
-        "postgres", dsn, "jobs", 3
+    assert store_spec({"db": "tasks.sqlite3"}, SQLITE_DEFAULT) == StoreSpec(
+        "sqlite", "tasks.sqlite3"
     )
+    dsn = "postgresql://postgres@127.0.0.1:5432/q"
+    assert store_spec(
+        {"db": dsn, "schema": "jobs", "max_attempts": 3}, SQLITE_DEFAULT
+    ) == StoreSpec("postgres", dsn, "jobs", 3)
 
 
 def test_store_spec_uses_djangos_postgres_database() -> None:

@@ -12,11 +12,11 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-
 from conftest import WAIT_S, wait_for
 
 SETTINGS_LINES = """

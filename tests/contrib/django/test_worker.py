@@ -7,13 +7,11 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+from conftest import Site, wait_for
 from django.tasks import TaskResult, TaskResultStatus, default_task_backend
 from django.utils import timezone
-
 from taskapp import late
 from taskapp.tasks import Boom, add, async_double, explode, introspect, rendezvous, send_mail
-
-from conftest import Site, wait_for
 
 
 def finished(result_id: str) -> TaskResult:
@@ -50,7 +48,7 @@ def test_worker_runs_tasks_and_results_read_back(site: Site) -> None:
     (error,) = failed.errors
     assert error.exception_class_path == "taskapp.tasks.Boom"
     assert error.exception_class is Boom
-    assert 'raise Boom(message)' in error.traceback
+    assert "raise Boom(message)" in error.traceback
     assert error.traceback.rstrip().endswith("taskapp.tasks.Boom: no luck")
     assert failed.attempts == 1 and failed.finished_at is not None
 

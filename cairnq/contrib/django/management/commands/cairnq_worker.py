@@ -3,6 +3,8 @@ SIGINT/SIGTERM (the first drains: the tasks in flight finish; a second
 interrupts). ``--processes N`` runs N such workers under cairnq's supervisor
 (restarts, one shutdown for all, no orphans: see ``cairnq worker --help``)."""
 
+# mypy: disallow-subclassing-any=False
+
 from __future__ import annotations
 
 import argparse
@@ -10,12 +12,16 @@ import os
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.tasks import task_backends
-from django.tasks.exceptions import InvalidTaskBackend
-
 from cairnq.cli.supervisor import Policy, supervise
 from cairnq.cli.worker import DEFAULT_GRACE_MS, processes_count
+from cairnq.contrib.django._django import (
+    BaseCommand,
+    CommandError,
+    CommandParser,
+    InvalidTaskBackend,
+    settings,
+    task_backends,
+)
 from cairnq.contrib.django.backend import CairnQBackend
 from cairnq.contrib.django.results import resolve_task
 from cairnq.contrib.django.runner import DjangoRunner, discover_tasks
@@ -145,6 +151,4 @@ def _this_command() -> list[str]:
     script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     if os.path.basename(script) == "manage.py" and os.path.isfile(script):
         return [sys.executable, script, "cairnq_worker"]
-    from django.conf import settings
-
     return [sys.executable, "-m", "django", "cairnq_worker", "--settings", settings.SETTINGS_MODULE]
