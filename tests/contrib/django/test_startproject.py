@@ -1,12 +1,14 @@
 """The promise of the docs, end to end: a project made by ``django-admin
-startproject``, plus the settings lines of docs/django.md, enqueues a task
-from a view served by ``runserver``, and ``manage.py cairnq_worker`` runs it;
-the result comes back through get_result() in another view."""
+startproject``, plus the three settings lines, the task, the views and the
+URLs of docs/django.md (read from the page), enqueues a task from a view
+served by ``runserver``, and ``manage.py cairnq_worker`` runs it; the result
+comes back through get_result() in another view."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,46 +21,24 @@ from typing import Any
 import pytest
 from conftest import WAIT_S, wait_for
 
-SETTINGS_LINES = """
-INSTALLED_APPS += ["cairnq.contrib.django"]
-TASKS = {"default": {"BACKEND": "cairnq.contrib.django.CairnQBackend",
-                     "OPTIONS": {"db": str(BASE_DIR / "tasks.sqlite3")}}}
-"""
-
-TASKS_PY = """
-from django.tasks import task
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "django.md"
+# The page's code blocks titled with a file of the project: the settings and
+# URLconf lines are appended to startproject's files, the others written anew.
+BLOCK = re.compile(r'^```python title="(mysite/[\w.]+)"\n(.*?)^```$', re.MULTILINE | re.DOTALL)
+APPENDED = {"mysite/settings.py", "mysite/urls.py"}
 
 
-@task
-def greet(name):
-    return f"hello, {name}"
-"""
-
-VIEWS_PY = """
-from django.http import JsonResponse
-from django.tasks import default_task_backend
-
-from mysite.tasks import greet
-
-
-def enqueue(request, name):
-    return JsonResponse({"id": greet.enqueue(name).id})
-
-
-def result(request, task_id):
-    found = default_task_backend.get_result(task_id)
-    value = found.return_value if found.status == "SUCCESSFUL" else None
-    return JsonResponse({"status": found.status, "value": value})
-"""
-
-URLS_LINES = """
-from mysite import views
-
-urlpatterns += [
-    path("greet/<str:name>/", views.enqueue),
-    path("result/<str:task_id>/", views.result),
-]
-"""
+def docs_files() -> dict[str, str]:
+    files = dict(BLOCK.findall(DOCS.read_text()))
+    assert set(files) == {
+        "mysite/settings.py",
+        "mysite/tasks.py",
+        "mysite/views.py",
+        "mysite/urls.py",
+    }
+    settings = [line for line in files["mysite/settings.py"].splitlines() if line.strip()]
+    assert len(settings) == 3  # the page's promise: three lines of settings
+    return files
 
 
 def free_port() -> int:
@@ -97,13 +77,9 @@ def test_startproject_enqueue_from_a_view_and_a_worker_runs_it(
     subprocess.run(
         [sys.executable, "-m", "django", "startproject", "mysite", str(root)], check=True, env=env
     )
-    package = root / "mysite"
-    with (package / "settings.py").open("a") as settings:
-        settings.write(SETTINGS_LINES)
-    (package / "tasks.py").write_text(TASKS_PY)
-    (package / "views.py").write_text(VIEWS_PY)
-    with (package / "urls.py").open("a") as urls:
-        urls.write(URLS_LINES)
+    for name, code in docs_files().items():
+        with (root / name).open("a" if name in APPENDED else "w") as file:
+            file.write("\n" + code)
 
     port = free_port()
     log = (tmp_path / "runserver.log").open("wb")
