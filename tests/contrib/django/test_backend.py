@@ -78,6 +78,16 @@ def test_run_after_reads_back(site: Site) -> None:
     assert default_task_backend.get_result(enqueued.id).task.run_after == run_after
 
 
+def test_a_canceled_task_reads_as_failed(site: Site) -> None:
+    enqueued = add.enqueue(1, 2)
+    default_task_backend.portal.call(lambda client: client.cancel(enqueued.id))
+    result = default_task_backend.get_result(enqueued.id)
+    assert result.status == TaskResultStatus.FAILED and result.finished_at is not None
+    (error,) = result.errors
+    assert error.exception_class_path == "cairnq.errors.TaskCanceled"
+    assert error.exception_class.__name__ == "TaskCanceled"
+
+
 def test_unknown_id(site: Site) -> None:
     with pytest.raises(TaskResultDoesNotExist):
         default_task_backend.get_result("task_01ZZZZZZZZZZZZZZZZZZZZZZZZ")

@@ -9,9 +9,20 @@ from pathlib import Path
 
 from conftest import Site, wait_for
 from django.tasks import TaskResult, TaskResultStatus, default_task_backend
+from django.test.utils import override_settings
 from django.utils import timezone
 from taskapp import late
-from taskapp.tasks import Boom, add, async_double, explode, introspect, rendezvous, send_mail
+from taskapp.tasks import (
+    Boom,
+    add,
+    async_double,
+    explode,
+    flaky,
+    introspect,
+    rendezvous,
+    send_mail,
+)  # fmt: skip
+from tasksite.settings import configure
 
 
 def finished(result_id: str) -> TaskResult:
@@ -88,3 +99,16 @@ def test_two_processes(site: Site, tmp_path: Path) -> None:
     assert one.worker_ids != two.worker_ids
     (output,) = site.stop_workers()
     assert output.count("stopped") == 2  # both children drained on the supervisor's signal
+
+
+def test_more_attempts_retry_a_task_that_raised(site: Site, tmp_path: Path) -> None:
+    site.env["TASKSITE_MAX_ATTEMPTS"] = "2"
+    with override_settings(**configure(site.env)):
+        enqueued = flaky.enqueue(str(tmp_path / "tried"))
+        site.start_worker()
+        result = finished(enqueued.id)
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == "second attempt"
+    assert result.attempts == 2
+    (error,) = result.errors  # the attempt before: cairnq keeps the latest error
+    assert error.exception_class is Boom and "first attempt" in error.traceback

@@ -47,3 +47,12 @@ def rendezvous(directory, me, wait_for):
             raise TimeoutError("the other tasks never came")
         time.sleep(0.02)
     return os.getpid()
+
+
+@task
+def flaky(marker):
+    """Fails the first time, succeeds the next."""
+    if not os.path.exists(marker):
+        Path(marker).touch()
+        raise Boom("first attempt")
+    return "second attempt"

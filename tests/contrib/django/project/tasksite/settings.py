@@ -4,7 +4,8 @@ environment (the tests set it for the worker processes they start, and apply
 
 * TASKSITE_QUEUE_DB: OPTIONS["db"] (a SQLite path or a DSN), or
 * TASKSITE_PG_DSN: Django's own default database on PostgreSQL, with no "db"
-  option (cairnq then uses that database, in its schema "cairnq").
+  option (cairnq then uses that database, in its schema "cairnq");
+* TASKSITE_MAX_ATTEMPTS: OPTIONS["max_attempts"].
 """
 
 import os
@@ -42,6 +43,8 @@ def configure(env):
             "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE_DIR / "django.sqlite3"}
         }
     options = {"db": env["TASKSITE_QUEUE_DB"]} if env.get("TASKSITE_QUEUE_DB") else {}
+    if env.get("TASKSITE_MAX_ATTEMPTS"):
+        options["max_attempts"] = int(env["TASKSITE_MAX_ATTEMPTS"])
     tasks = {
         "default": {
             "BACKEND": "cairnq.contrib.django.CairnQBackend",
