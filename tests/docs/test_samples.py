@@ -230,3 +230,19 @@ def test_cairnq_commands_parse_and_run(
         # 1 is an operation that failed as such (a task id from the page that is not here).
         if done.returncode not in (0, 1):
             _fail(sample, f"cairnq {shlex.join(argv)}: exit status {done.returncode}", done.stdout)
+
+
+def test_markers_are_read_from_the_line_before_the_fence(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "Text.\n\n```python\nx = 1\n```\n\n<!-- sample: continues -->\n```python\nprint(x)\n```\n"
+        "<!-- sample: not-run (needs a mail server) -->\n\n```python\nsend()\n```\n"
+        "```bash\ncairnq --db tasks.db stats   # counts\n```\n"
+    )
+    found = list(read_samples(page))
+    assert [(s.line, s.lang, s.marker) for s in found] == [
+        (3, "python", None), (8, "python", "continues"), (13, "python", "not-run"),
+        (16, "bash", None),
+    ]  # fmt: skip
+    assert found[2].reason == "(needs a mail server)"
+    assert commands(found[3]) == [["--db", "tasks.db", "stats"]]
