@@ -37,7 +37,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "cancel / retry / purge. Listens on 127.0.0.1 unless --host says otherwise; any "
         "address but loopback needs --auth. --auth token reads CAIRNQ_DASHBOARD_TOKEN; "
         "--auth basic reads CAIRNQ_DASHBOARD_USER and CAIRNQ_DASHBOARD_PASSWORD. "
-        "Needs: pip install 'cairnq[dashboard]'.",
+        "Needs: pip install 'cairnq-fast[dashboard]'.",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument(

@@ -4,7 +4,7 @@ same thing as an ASGI app to mount in FastAPI, Starlette or any ASGI host::
     from cairnq.dashboard import app
     dashboard = app("postgresql://localhost/tasks", read_only=True)
 
-Needs the ``dashboard`` extra (``pip install 'cairnq[dashboard]'``). Importing
+Needs the ``dashboard`` extra (``pip install 'cairnq-fast[dashboard]'``). Importing
 this package does not import the web stack; ``app()`` does. See
 docs/dashboard.md.
 """
@@ -45,7 +45,7 @@ def require_extra() -> None:
             missing.append(names[0].replace("_", "-"))
     if missing:
         raise MissingExtra(
-            f"the dashboard needs {', '.join(missing)}: pip install 'cairnq[dashboard]'"
+            f"the dashboard needs {', '.join(missing)}: pip install 'cairnq-fast[dashboard]'"
         )
 
 

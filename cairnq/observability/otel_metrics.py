@@ -34,7 +34,7 @@ try:
     from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
-        'OpenTelemetry metrics need the OpenTelemetry API: pip install "cairnq[otel]"'
+        'OpenTelemetry metrics need the OpenTelemetry API: pip install "cairnq-fast[otel]"'
     ) from exc
 
 from cairnq import events

@@ -19,7 +19,7 @@ try:
     )
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
-        "Prometheus metrics need the prometheus extra: pip install 'cairnq[prometheus]'"
+        "Prometheus metrics need the prometheus extra: pip install 'cairnq-fast[prometheus]'"
     ) from exc
 
 from cairnq.observability import health

@@ -1,6 +1,6 @@
 """OpenTelemetry tracing: a PRODUCER span per submit, a CONSUMER span per call.
 
-Optional (``pip install "cairnq[otel]"``, the ``opentelemetry-api`` package)
+Optional (``pip install "cairnq-fast[otel]"``, the ``opentelemetry-api`` package)
 and off until ``instrument()`` is called; ``uninstrument()`` turns it off
 again. Nothing of OpenTelemetry is imported before ``instrument()``, and
 while it is off the worker and the submit paths pay one attribute read
@@ -76,7 +76,7 @@ def instrument(tracer_provider: Any = None) -> None:
         from opentelemetry import trace
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
-            'cairnq tracing needs the OpenTelemetry API: pip install "cairnq[otel]"'
+            'cairnq tracing needs the OpenTelemetry API: pip install "cairnq-fast[otel]"'
         ) from exc
     from cairnq import __version__
 

@@ -594,7 +594,7 @@ def test_cli_without_the_extra_says_how_to_install_it(tmp_path: Any) -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert "pip install 'cairnq[dashboard]'" in done.stderr
+    assert "pip install 'cairnq-fast[dashboard]'" in done.stderr
 
 
 def test_cli_serves_until_interrupted(backend: Any) -> None:

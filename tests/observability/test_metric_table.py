@@ -1,4 +1,4 @@
-"""The metric table (``cairnq/observability/metrics.py``) is what the README
+"""The metric table (``cairnq/observability/metrics.py``) is what docs/observability.md
 documents, with bounded labels only; JSON log lines from a batch handler."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 from cairnq.observability.logs import JsonFormatter, track_tasks
 from cairnq.observability.metrics import METRICS, label_name, prometheus_name
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "observability.md"
 BOUNDED = {
     "messaging.system", "messaging.destination.name", "cairnq.task.name", "cairnq.task.status",
     "db.operation.name", "db.system.name",
@@ -20,7 +20,7 @@ BOUNDED = {
 
 
 def test_every_metric_is_in_the_readme_table_with_its_labels() -> None:
-    text = README.read_text()
+    text = GUIDE.read_text()
     for metric in METRICS:
         name = prometheus_name(metric) + ("_total" if metric.kind == "counter" else "")
         rows = [line for line in text.splitlines() if line.startswith(f"| `{name}` |")]

@@ -40,7 +40,7 @@ def _import_psycopg() -> Any:
         import psycopg_pool  # noqa: F401
     except ImportError as exc:  # pragma: no cover - exercised without the extra
         raise RuntimeError(
-            "PostgreSQL support needs psycopg 3 and psycopg-pool: pip install 'cairnq[postgres]'"
+            "PostgreSQL support needs psycopg 3 and psycopg-pool: pip install 'cairnq-fast[postgres]'"
         ) from exc
     global _warned_pure_python
     if psycopg.pq.__impl__ == "python" and not _warned_pure_python:
