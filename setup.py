@@ -68,6 +68,7 @@ setup(
         "cairnq.observability",
         "cairnq.cli",
         "cairnq.dashboard",
+        "cairnq.testing",
         "cairnq._speedups",
         "cairnq._protocol",
         *(f"cairnq._protocol.{kind}.{dialect}" for kind in ("migrations", "sql") for dialect in ("sqlite", "postgres")),
