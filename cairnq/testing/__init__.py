@@ -18,15 +18,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cairnq.testing.drain import DrainTimeout, drain
+    from cairnq.testing.draining import DrainTimeout, drain
     from cairnq.testing.once import run_once
     from cairnq.testing.outcome import Outcome
 
 __all__ = ["drain", "run_once", "Outcome", "DrainTimeout"]
 
 _HOMES = {
-    "drain": "cairnq.testing.drain",
-    "DrainTimeout": "cairnq.testing.drain",
+    "drain": "cairnq.testing.draining",
+    "DrainTimeout": "cairnq.testing.draining",
     "run_once": "cairnq.testing.once",
     "Outcome": "cairnq.testing.outcome",
 }

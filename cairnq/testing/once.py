@@ -54,7 +54,9 @@ def _store_of(on: Where) -> TaskStore:
     raise TypeError(f"on= must be a CairnQ, a Worker or a TaskStore, got {type(on).__name__}")
 
 
-def _registration(name: str, handler: Handler, batch: Optional[int], raised: list[BaseException]) -> Registration:
+def _registration(
+    name: str, handler: Handler, batch: Optional[int], raised: list[BaseException]
+) -> Registration:
     """The handler's registration as a worker would make it (its call style),
     calling through a wrapper that keeps what the handler raised."""
     registry = Registry({})

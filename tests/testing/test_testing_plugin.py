@@ -6,18 +6,20 @@ all (a plain test calling ``asyncio.run``)."""
 
 from __future__ import annotations
 
-import os
+import ast
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
-
 from backends import ADMIN_DSN, DIALECTS
 
 pytest_plugins = ["pytester"]
 
 # What the inner tests do with the fixtures: children, retries, run_once and
 # the closing of what they opened, on whichever database the run chose.
-BODY = '''
+BODY = """
 import asyncio
 import pytest
 from cairnq.testing import drain, run_once
@@ -75,12 +77,13 @@ async def test_run_once_keeps_what_the_handler_raised(cairnq_client):
 def test_what_the_fixtures_opened_was_closed():
     import os
     assert OPENED and not [path for path in OPENED if os.path.exists(path + "-wal")]
-'''
+"""
 
 RUNNERS = {
     # A conftest that runs coroutine tests itself, as tests/conftest.py does.
     "conftest": (
-        {"conftest.py": '''
+        {
+            "conftest.py": """
             import asyncio, inspect, pytest
 
             @pytest.hookimpl(tryfirst=True)
@@ -90,18 +93,21 @@ RUNNERS = {
                 kwargs = {n: pyfuncitem.funcargs[n] for n in pyfuncitem._fixtureinfo.argnames}
                 asyncio.run(pyfuncitem.obj(**kwargs))
                 return True
-        '''},
+        """
+        },
         "",
         ["-p", "no:asyncio", "-p", "no:anyio"],
     ),
     "anyio": (
-        {"conftest.py": '''
+        {
+            "conftest.py": """
             import pytest
 
             @pytest.fixture
             def anyio_backend():
                 return "asyncio"
-        '''},
+        """
+        },
         "pytestmark = pytest.mark.anyio\n",
         ["-p", "no:asyncio"],
     ),
@@ -133,7 +139,7 @@ def test_the_fixtures_under_each_async_runner(pytester: pytest.Pytester, runner:
     result.assert_outcomes(passed=runs)
 
 
-SYNC_BODY = '''
+SYNC_BODY = """
 import asyncio, os
 from cairnq.testing import drain
 
@@ -153,9 +159,58 @@ def test_a_plain_test_that_runs_its_own_loop(cairnq_client, cairnq_worker, cairn
 
 def test_it_was_closed_after_all():
     assert OPENED and not os.path.exists(OPENED[0] + "-wal")
-'''
+"""
 
 
 def test_a_plain_def_test_with_no_async_runner(pytester: pytest.Pytester) -> None:
     result = _run(pytester, {"test_inner.py": SYNC_BODY}, "-p", "no:asyncio", "-p", "no:anyio")
     result.assert_outcomes(passed=2)
+
+
+# -- cheap to load: pytest imports the plugin in every project that has cairnq ----------------
+
+PACKAGE = Path(__file__).resolve().parents[2] / "cairnq"
+
+
+def test_the_plugin_module_imports_only_pytest_and_the_standard_library() -> None:
+    tree = ast.parse((PACKAGE / "testing" / "plugin.py").read_text())
+    top_level = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            top_level.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            top_level.add(node.module.split(".")[0])
+    assert top_level <= {
+        "__future__",
+        "functools",
+        "inspect",
+        "os",
+        "uuid",
+        "pathlib",
+        "typing",
+        "pytest",
+    }
+
+
+def test_loading_the_plugin_loads_no_driver_and_no_helper() -> None:
+    probe = (
+        "import sys, cairnq.testing.plugin\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('psycopg', 'cairnq.testing.'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['cairnq.testing.plugin']"
+
+
+def test_nothing_in_cairnq_imports_the_testing_helpers() -> None:
+    offences = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.is_relative_to(PACKAGE / "testing"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            )
+            offences += [f"{path}:{node.lineno}" for n in names if n.startswith("cairnq.testing")]
+    assert offences == []

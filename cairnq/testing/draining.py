@@ -17,7 +17,7 @@ import asyncio
 import time
 from typing import Any
 
-from cairnq import events
+import cairnq.events as events
 from cairnq.testing.outcome import Outcome
 from cairnq.worker import Worker
 
@@ -119,5 +119,3 @@ async def _outcomes(worker: Worker, ids: dict[str, None]) -> list[Outcome]:
         if task is not None:  # (purged meanwhile by a retention sweep)
             found.append(Outcome.of(task))
     return found
-
-
