@@ -88,6 +88,9 @@ setup(
         },
         "cairnq._speedups": ["*.pyx", "*.pyi"],
     },
+    # The pytest plugin (entry point pytest11 "cairnq"), outside the package so
+    # that pytest's start-up in a project with cairnq installed imports no cairnq.
+    py_modules=["_cairnq_pytestplugin"],
     ext_modules=extensions(),
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -5,12 +5,12 @@
   one :class:`Outcome` per task it ran.
 * ``await run_once(handler, payload, on=client)`` runs one handler once, with
   a real ``TaskContext`` on a real store, without a worker.
-* The pytest plugin (``cairnq.testing.plugin``, registered through the
-  ``pytest11`` entry point) provides the fixtures ``cairnq_db``,
-  ``cairnq_client`` and ``cairnq_worker``; see docs/testing.md.
+* The pytest plugin (the top-level module ``_cairnq_pytestplugin``,
+  registered through the ``pytest11`` entry point ``cairnq``) provides the
+  fixtures ``cairnq_db``, ``cairnq_dsn``, ``cairnq_client`` and
+  ``cairnq_worker``; see docs/testing.md.
 
-The names are loaded on first use: pytest imports the plugin in every project
-that has cairnq installed, so importing this package costs next to nothing.
+The names are loaded on first use.
 """
 
 from __future__ import annotations

@@ -68,14 +68,24 @@ async def test_drain_gives_up_after_its_timeout_and_stops_the_worker(backend: An
     client = backend.client()
     worker = backend.worker(poll_interval_ms=50)
 
+    started, release = asyncio.Event(), asyncio.Event()
+
     @worker.task
     async def slow(ctx: TaskContext) -> str:
-        await asyncio.sleep(0.5)
+        started.set()
+        await release.wait()
         return "late"
 
+    async def release_after_the_timeout() -> None:
+        await started.wait()  # the drain began before: its timeout is up before this sleep
+        await asyncio.sleep(0.5)
+        release.set()
+
     task = await client.submit("slow")
+    releasing = asyncio.ensure_future(release_after_the_timeout())
     with pytest.raises(DrainTimeout) as caught:
-        await drain(worker, timeout_s=0.05)
+        await drain(worker, timeout_s=0.5)
+    releasing.cancel()  # (done by now, unless the handler never started: failed below)
     assert [o.id for o in caught.value.outcomes] == [task.id]  # the call in flight finished
     assert caught.value.outcomes[0].result == "late"
     assert not worker.load().running

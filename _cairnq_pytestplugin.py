@@ -1,9 +1,10 @@
-"""The pytest plugin (entry point ``pytest11``: ``cairnq``; ``-p no:cairnq`` turns it off).
+"""cairnq's pytest plugin (entry point ``pytest11``: ``cairnq``; ``-p no:cairnq`` turns it off).
 
-pytest imports this module at start-up in every project that has cairnq
-installed, so it imports nothing but pytest and the standard library here:
-cairnq's client, the worker and psycopg are imported by the fixtures that
-need them, when a test asks for one.
+The fixtures of ``cairnq.testing``. pytest imports this module at start-up in
+every project that has cairnq installed, so it lives outside the package and
+imports nothing but pytest and the standard library: cairnq itself, the
+worker and psycopg are imported by the fixtures that need them, when a test
+asks for one (a project whose cairnq cannot be imported still runs pytest).
 
 Fixtures (every one per test):
 
