@@ -72,6 +72,7 @@ setup(
         "cairnq.contrib.django",
         "cairnq.contrib.django.management",
         "cairnq.contrib.django.management.commands",
+        "cairnq.testing",
         "cairnq._speedups",
         "cairnq._protocol",
         *(f"cairnq._protocol.{kind}.{dialect}" for kind in ("migrations", "sql") for dialect in ("sqlite", "postgres")),
@@ -91,6 +92,9 @@ setup(
         },
         "cairnq._speedups": ["*.pyx", "*.pyi"],
     },
+    # The pytest plugin (entry point pytest11 "cairnq"), outside the package so
+    # that pytest's start-up in a project with cairnq installed imports no cairnq.
+    py_modules=["_cairnq_pytestplugin"],
     ext_modules=extensions(),
     cmdclass={"build_ext": OptionalBuildExt},
 )

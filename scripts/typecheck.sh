@@ -9,4 +9,4 @@ if [ "${CAIRNQ_SKIP_INSTALL:-}" != "1" ]; then
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "mypy>=1.10"
 cd "$(mktemp -d)"
-"$VENV/bin/python" -m mypy --strict -p cairnq
+"$VENV/bin/python" -m mypy --strict -p cairnq -m _cairnq_pytestplugin

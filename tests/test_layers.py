@@ -32,6 +32,13 @@ LAYERS = {
     "dashboard": (ROOT / "cairnq" / "dashboard", ("cairnq.dashboard", "cairnq.client", "cairnq.models",
                                                   "cairnq.errors", "cairnq.watch", "cairnq._ids",
                                                   "cairnq.store.ops.browse", "cairnq.store.base")),
+    # The testing helpers run handlers through the worker's own call path
+    # (context, execution, registry, store port) and open stores through the
+    # factory: never a driver, never another layer's privates.
+    "testing": (ROOT / "cairnq" / "testing", ("cairnq.testing", "cairnq.client", "cairnq.context",
+                                              "cairnq.worker", "cairnq.models", "cairnq.events",
+                                              "cairnq.store.base", "cairnq.store.validation",
+                                              "cairnq.store.factory")),
 }  # fmt: skip
 PYX_IMPORT = re.compile(r"^[ \t]*(?:from\s+(cairnq[\w.]*)\s+c?import|c?import\s+(cairnq[\w.]*))", re.M)
 
