@@ -261,6 +261,9 @@ class PoolExecutor:
         except Exception as exc:
             await conn.close()
             raise ListenUnavailable(f"LISTEN is not available here: {exc}") from exc
+        except BaseException:  # cancelled (the store closing): never leave it open
+            await conn.close()
+            raise
 
         stopped = False
 
