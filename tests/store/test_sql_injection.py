@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from cairnq import CairnQ, Worker
 from cairnq._sql import specialize, split_params, statement_params, strip_comments
 from cairnq.store.base import TaskStore
+from cairnq.store.ops.browse import BROWSE_ORDERS
 from cairnq.store.postgres import positional_statement
 from cairnq.store.postgres.params import compile_template, selective_literal, text_literal
 
@@ -106,6 +107,10 @@ def test_values_that_cannot_be_literals_stay_parameters() -> None:
     assert selective_literal(["a", 1]) is None
     assert selective_literal(None) is None
     assert selective_literal([]) == "array[]::text[]"
+    # a page position (the browse statements' cursor) is an int: digits only
+    assert selective_literal(-1) == "-1::bigint"
+    assert selective_literal(2**63 - 1) == "9223372036854775807::bigint"
+    assert selective_literal(True) is None and selective_literal(1.5) is None
 
 
 # -- the literal routine against the server ---------------------------------------------------
@@ -124,8 +129,14 @@ def test_a_literal_reads_back_as_its_text(backend: Any, conforming: str) -> None
         cur = psycopg.RawCursor(conn)
 
         @settings(max_examples=EXAMPLES * 3, deadline=None, database=None)
-        @given(text=hostile_text | st.text(_chars, max_size=40), items=st.lists(_short, max_size=4))
-        def check(text: str, items: list[str]) -> None:
+        @given(
+            text=hostile_text | st.text(_chars, max_size=40),
+            items=st.lists(_short, max_size=4),
+            number=st.integers(-(2**63), 2**63 - 1),
+        )
+        def check(text: str, items: list[str], number: int) -> None:
+            cur.execute("select " + str(selective_literal(number)) + ", 1")
+            assert cur.fetchone() == (number, 1)
             cur.execute("select " + text_literal(text) + ", 1")
             assert cur.fetchone() == (text, 1)
             # The lexer and the server agree on where the literal ends.
@@ -291,6 +302,50 @@ def test_hostile_names_and_queues_touch_only_their_own_rows(harness: Harness) ->
         listed = harness.run(store.list(queue=queue, name=other, limit=1_000))
         assert {t.id for t in listed} >= set(queued)
         assert {(t.queue, t.name) for t in listed} == {(queue, other)}
+        assert harness.snapshot(victims) == before
+
+    check()
+
+
+def test_hostile_filters_and_cursors_browse_only_their_own_rows(harness: Harness) -> None:
+    """The dashboard's pages write filters and the page cursor into the
+    statement as literals on PostgreSQL (plan per value): whatever the text,
+    a page holds only rows matching it, and nothing else changes."""
+    store = harness.store
+
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+    @given(queue=hostile_text, name=hostile_text, cursor=hostile_text)
+    def check(queue: str, name: str, cursor: str) -> None:
+        assume(queue not in PLANTED and name not in PLANTED)
+        harness.reset()
+        victims = harness.plant_victims(name)
+        before = harness.snapshot(victims)
+        own = [harness.run(store.submit(name=name, queue=queue)) for _ in range(3)]
+        claimed = harness.run(store.claim(queues=[queue], names=[name], worker_id="w", limit=1))
+        harness.run(store.complete(task_id=claimed[0].id, worker_id="w", result=None))
+        done = claimed[0].id
+        final = {t.id: "succeeded" if t.id == done else "queued" for t in own}
+        for order in BROWSE_ORDERS:
+            finished = order.startswith("finished")
+            for status in (None, "queued", "succeeded"):
+                wanted = {
+                    i for i, st_ in final.items()
+                    if (not finished or st_ == "succeeded") and status in (None, st_)
+                }  # fmt: skip
+                for after in (None, (7 if finished else None, cursor)):
+                    rows = harness.run(
+                        store.browse(order, queue=queue, name=name, status=status, after=after)
+                    )
+                    assert all((t.queue, t.name) == (queue, name) for t in rows)
+                    if after is None:
+                        assert {t.id for t in rows} == wanted, (order, status)
+                    else:  # some page of the same rows, whatever the cursor's text
+                        assert {t.id for t in rows} <= wanted, (order, status, after)
         assert harness.snapshot(victims) == before
 
     check()
