@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional
 
 from cairnq._ids import now_ms
@@ -200,11 +200,9 @@ async def task_page(
     after = _decode_cursor(cursor) if cursor else None
     if after is not None and finished and after[0] is None:
         raise FilterError("the page cursor is not valid; start from the first page")
-    if flt.key is not None:
-        task = await client.get_by_key(flt.key)
+    if flt.key is not None:  # names one task: a single page, nothing after it
+        task = None if after is not None else await client.get_by_key(flt.key)
         tasks = [task] if task is not None and _matches(task, flt, finished) else []
-        if after is not None:
-            tasks = []
         return TaskPage(tasks, None, order, limit)
     rows = await client.store.browse(
         order,
@@ -313,54 +311,9 @@ class Overview:
     totals: dict[TaskStatus, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (the live updates and ``/api/overview`` send it)."""
-        return {
-            "generated_at_ms": self.generated_at_ms,
-            "window_ms": self.window_ms,
-            "totals": dict(self.totals),
-            "queues": [
-                {
-                    "queue": q.queue,
-                    "counts": dict(q.counts),
-                    "scheduled": q.scheduled,
-                    "oldest_due_age_ms": q.oldest_due_age_ms,
-                }
-                for q in self.queues
-            ],
-            "throughput": [
-                {
-                    "minute_start_ms": b.minute_start_ms,
-                    "succeeded": b.succeeded,
-                    "failed": b.failed,
-                    "canceled": b.canceled,
-                }
-                for b in self.throughput
-            ],
-            "workers": [
-                {
-                    "worker_id": w.worker_id,
-                    "running": w.running,
-                    "finished_recently": w.finished_recently,
-                    "last_seen_ms": w.last_seen_ms,
-                }
-                for w in self.workers
-            ],
-            "running": [
-                {
-                    "id": r.id,
-                    "name": r.name,
-                    "queue": r.queue,
-                    "worker_id": r.worker_id,
-                    "attempt": r.attempt,
-                    "max_attempts": r.max_attempts,
-                    "progress": r.progress,
-                    "message": r.message,
-                    "lease_until_ms": r.lease_until_ms,
-                }
-                for r in self.running
-            ],
-            "running_truncated": self.running_truncated,
-        }
+        """A JSON-ready dict (the live updates and ``/api/overview`` send it):
+        the fields, nested dataclasses as dicts."""
+        return asdict(self)
 
 
 WINDOW_MS = 3_600_000

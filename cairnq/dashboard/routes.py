@@ -326,13 +326,10 @@ class Dashboard:
         )  # fmt: skip
 
     async def _key_of(self, task: Task, claimed: Optional[str]) -> Optional[str]:
-        client = await self.client()
-        key_of = getattr(client.store, "key_of", None)
-        if key_of is not None:
-            found = await key_of(task.id)
-            return found if isinstance(found, str) else None
+        # No store read finds a task's key from its id (cairnq_task_keys has
+        # no index on task_id): the key is shown when the link carried it.
         if claimed:  # shown only once the key is seen to point at this task
-            other = await client.get_by_key(claimed)
+            other = await (await self.client()).get_by_key(claimed)
             return claimed if other is not None and other.id == task.id else None
         return None
 
