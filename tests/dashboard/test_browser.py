@@ -49,6 +49,17 @@ async def broken(ctx: Any, payload: Any) -> Any:
     )
 
 
+async def failed_reports(client: CairnQ, count: int) -> list[str]:
+    """``count`` report.parse tasks in queue reports, failed for good by ``broken``."""
+    bad = [
+        (await client.submit("report.parse", {"file": f"r{i}.csv"}, queue="reports",
+                             max_attempts=1)).id
+        for i in range(count)
+    ]  # fmt: skip
+    await settle_with(client, "reports", {"report.parse": broken}, bad)
+    return bad
+
+
 async def parent(ctx: Any, payload: Any) -> Any:
     child = await ctx.submit("invoice.child", {"of": ctx.task_id}, queue="children")
     return {"child": child.id, "total": 118.5}
@@ -109,13 +120,8 @@ def test_overview_shows_each_queues_counts(site: Site) -> None:
             (await client.submit("email.send", {"to": f"user{i}@example.com"}, queue="emails")).id
             for i in range(4)
         ]
-        bad = [
-            (await client.submit("report.parse", {"file": f"r{i}.csv"}, queue="reports",
-                                 max_attempts=1)).id
-            for i in range(2)
-        ]  # fmt: skip
+        await failed_reports(client, 2)
         await settle_with(client, "emails", {"email.send": quick}, sent)
-        await settle_with(client, "reports", {"report.parse": broken}, bad)
         for i in range(3):
             await client.submit("email.send", {"to": f"later{i}@example.com"}, queue="emails")
         for i in range(2):
@@ -163,12 +169,7 @@ def test_overview_shows_each_queues_counts(site: Site) -> None:
 
 def test_list_filters_narrow_the_rows_and_pages_follow(site: Site) -> None:
     async def seed(client: CairnQ) -> list[str]:
-        bad = [
-            (await client.submit("report.parse", {"file": f"r{i}.csv"}, queue="reports",
-                                 max_attempts=1)).id
-            for i in range(2)
-        ]  # fmt: skip
-        await settle_with(client, "reports", {"report.parse": broken}, bad)
+        await failed_reports(client, 2)
         for i in range(25):
             await client.submit("email.send", {"to": f"user{i}@example.com"}, queue="emails")
         for i in range(5):
@@ -280,12 +281,7 @@ def test_task_detail_shows_payload_result_and_error(site: Site) -> None:
 
 def test_cancel_and_retry_through_the_confirm_pages(site: Site) -> None:
     async def seed(client: CairnQ) -> dict[str, str]:
-        bad = [
-            (await client.submit("report.parse", {"file": f"r{i}.csv"}, queue="reports",
-                                 max_attempts=1)).id
-            for i in range(2)
-        ]  # fmt: skip
-        await settle_with(client, "reports", {"report.parse": broken}, bad)
+        bad = await failed_reports(client, 2)
         waiting = await client.submit("email.send", {"to": "a@example.com"}, queue="emails")
         return {"waiting": waiting.id, "reset": bad[0], "keep": bad[1]}
 
@@ -327,12 +323,7 @@ def test_cancel_and_retry_through_the_confirm_pages(site: Site) -> None:
 
 def test_purge_by_filter_through_its_confirm_page(site: Site) -> None:
     async def seed(client: CairnQ) -> None:
-        bad = [
-            (await client.submit("report.parse", {"file": f"r{i}.csv"}, queue="reports",
-                                 max_attempts=1)).id
-            for i in range(3)
-        ]  # fmt: skip
-        await settle_with(client, "reports", {"report.parse": broken}, bad)
+        await failed_reports(client, 3)
         sent = [(await client.submit("email.send", {"i": i}, queue="emails")).id for i in range(2)]
         await settle_with(client, "emails", {"email.send": quick}, sent)
         for i in range(2):
