@@ -204,6 +204,25 @@ def executions(log: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 CLAIM_TO_START_S = 0.1
 
 
+def unlogged_attempts_explained_by_a_kill(runs: list[dict[str, Any]], attempt: int, fleet: Fleet) -> bool:
+    """Some attempt up to ``attempt`` has no logged call, and for each such
+    gap a worker was SIGKILLed (or stopped before it could serve) between the
+    logged calls around it: claimed, then killed before its handler started.
+    A gap no kill explains is not exempt: that would be an attempt lost."""
+    logged = {c["attempt"]: c for c in runs}
+    missing = [a for a in range(1, attempt + 1) if a not in logged]
+    if not missing:
+        return False
+    kills = [fleet.signalled_at[label] for label in fleet.killed if label in fleet.signalled_at]
+    for gap in missing:
+        before = [c["end"] or c["start"] for a, c in logged.items() if a < gap]
+        after = [c["start"] for a, c in logged.items() if a > gap]
+        lo, hi = max(before, default=0.0), min(after, default=float("inf"))
+        if not any(lo <= t <= hi for t in kills):
+            return False
+    return True
+
+
 def overlapping(runs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """Pairs of calls of one task that overlap in time while the first one's
     lease could not yet have run out (it is at least lease_ms from its claim,
@@ -238,6 +257,7 @@ class Fleet:
         self.live: list[tuple[str, Any]] = []
         self.killed: set[str] = set()  # SIGKILLed: their calls may end anyhow
         self.stopped: list[tuple[str, Any]] = []  # SIGTERMed: must drain and exit 0
+        self.signalled_at: dict[str, float] = {}  # label -> wall time of its SIGKILL or SIGTERM
         self.serial = 0
 
     def start(self) -> None:
@@ -249,6 +269,7 @@ class Fleet:
         while True:
             await asyncio.sleep(rng.uniform(0.5, 1.5) * CHAOS_INTERVAL_S)
             label, proc = self.live.pop(rng.randrange(len(self.live)))
+            self.signalled_at[label] = time.time()
             if rng.random() < 0.5:
                 proc.kill()
                 self.killed.add(label)
@@ -335,7 +356,8 @@ async def produce_and_drain(tmp_path: Path, db: Path, procs: Procs, errors: Path
 
 async def stop_workers(fleet: Fleet, log: Path) -> None:
     """SIGTERM the live workers; every stopped worker must have drained and exited 0."""
-    for _, w in fleet.live:
+    for label, w in fleet.live:
+        fleet.signalled_at[label] = time.time()
         w.send_signal(signal.SIGTERM)
     served = {ev["label"] for ev in read_jsonl(log)}
     for label, w in fleet.live + fleet.stopped:
@@ -370,10 +392,13 @@ def judge(
         overlaps.extend(overlapping(runs))
         attempts = [c["attempt"] for c in runs]
         repeated_attempts += len(attempts) - len(set(attempts))  # one attempt run twice
-        if any(c["label"] in fleet.killed for c in runs) or (chaos and min(attempts, default=1) > 1):
+        if any(c["label"] in fleet.killed for c in runs) or (
+            chaos and unlogged_attempts_explained_by_a_kill(runs, attempt, fleet)
+        ):
             # A SIGKILL may cut a call short, lose its settlement or land
-            # between a claim and its call: the task is run again and may end
-            # otherwise than prescribed, but it ends.
+            # between a claim and its call (an attempt with no logged call):
+            # the task is run again and may end otherwise than prescribed,
+            # but it ends.
             cut_short += 1
             if status not in ("succeeded", "failed"):
                 wrong[task_id] = {"payload": rec["payload"], "got": status}

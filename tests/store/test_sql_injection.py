@@ -108,8 +108,11 @@ def test_values_that_cannot_be_literals_stay_parameters() -> None:
     assert selective_literal(None) is None
     assert selective_literal([]) == "array[]::text[]"
     # a page position (the browse statements' cursor) is an int: digits only
-    assert selective_literal(-1) == "-1::bigint"
-    assert selective_literal(2**63 - 1) == "9223372036854775807::bigint"
+    assert selective_literal(-1) == "(-1)::bigint"
+    assert selective_literal(2**63 - 1) == "(9223372036854775807)::bigint"
+    assert selective_literal(-(2**63)) == "(-9223372036854775808)::bigint"
+    # beyond bigint it stays a parameter (the server then says what is wrong)
+    assert selective_literal(2**63) is None and selective_literal(-(2**63) - 1) is None
     assert selective_literal(True) is None and selective_literal(1.5) is None
 
 
@@ -132,7 +135,7 @@ def test_a_literal_reads_back_as_its_text(backend: Any, conforming: str) -> None
         @given(
             text=hostile_text | st.text(_chars, max_size=40),
             items=st.lists(_short, max_size=4),
-            number=st.integers(-(2**63), 2**63 - 1),
+            number=st.integers(-(2**63), 2**63 - 1) | st.sampled_from([-(2**63), 2**63 - 1, -1, 0]),
         )
         def check(text: str, items: list[str], number: int) -> None:
             cur.execute("select " + str(selective_literal(number)) + ", 1")

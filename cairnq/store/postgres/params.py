@@ -76,12 +76,17 @@ def text_literal(value: str) -> str:
     return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+_BIGINT_MIN, _BIGINT_MAX = -(2**63), 2**63 - 1
+
+
 def selective_literal(value: Any) -> Optional[str]:
     """A typed literal for a queue or name value (text, or a short list of
     text), or a position such as a page cursor (an int), or None when it
     must stay a parameter."""
-    if type(value) is int:  # not bool; the digits are the whole literal
-        return f"{value}::bigint"
+    if type(value) is int:  # not bool; the digits (and sign) are the whole literal
+        # Parenthesised: a cast binds tighter than unary minus, and
+        # 9223372036854775808::bigint overflows before it is negated.
+        return f"({value})::bigint" if _BIGINT_MIN <= value <= _BIGINT_MAX else None
     if isinstance(value, str):
         return text_literal(value) + "::text" if _LITERAL_TEXT.fullmatch(value) else None
     if isinstance(value, (list, tuple)) and len(value) <= MAX_LITERAL_ITEMS:
