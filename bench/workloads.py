@@ -154,10 +154,23 @@ async def _drain(
         n = o["drain_n"]
         await _submit_many(q, n)  # traced too: every task carries a producer context
         worker = Worker(q.store, ["default"], concurrency=concurrency, poll_interval_ms=100)
+        # The drain ends when the n-th handler call has returned and the
+        # worker has stopped (a graceful stop writes every settlement first);
+        # counted in the process, so the clock is not read by polling stats()
+        # on the worker's own loop (which the floor loop does not pay either).
+        ran = [0]
+        all_ran = asyncio.Event()
+
+        def count(k: int) -> None:
+            ran[0] += k
+            if ran[0] >= n:
+                all_ran.set()
+
         if batch:
 
             @worker.task("noop", batch=batch)
             async def noop_batch(contexts: Any) -> None:
+                count(len(contexts))
                 return None
 
         else:
@@ -172,6 +185,7 @@ async def _drain(
                         pass
                 if floor is not None:
                     floor()
+                count(1)
                 return {"i": payload["i"]} if distinct else None
 
         unsubscribe = _subscribe_counter() if o.get("events") == "count" else None
@@ -182,11 +196,12 @@ async def _drain(
         )
         started = time.perf_counter()
         run = asyncio.ensure_future(worker.run())
-        while (await q.stats())["default"]["succeeded"] < n:
-            await asyncio.sleep(0.02)
-        elapsed = time.perf_counter() - started
+        await all_ran.wait()
         worker.stop()
         await run
+        elapsed = time.perf_counter() - started
+        succeeded = (await q.stats())["default"]["succeeded"]
+        assert succeeded == n, f"{succeeded} of {n} tasks succeeded after the worker stopped"
         if unsubscribe is not None:
             unsubscribe()
         if metrics is not None:

@@ -1,8 +1,10 @@
 """Group commit for PostgreSQL writes issued outside a transaction.
 
-Writes the loop produces in the same turn are sent together: one transaction,
-pipelined (one round trip) when the executor offers it, so one WAL flush
-instead of one per write. A lone write runs on its own in autocommit. If any
+A write that finds nothing in flight is sent at once, on its own in
+autocommit: a caller that submits one task after another never waits for a
+batch to form. Writes that come while one is on its way are sent together:
+one transaction, pipelined (one round trip) when the executor offers it, so
+one WAL flush instead of one per write. If any
 statement of a batch fails, the batch is rolled back and every write in it is
 re-run on its own, so each caller gets its own outcome.
 """
@@ -14,7 +16,6 @@ import logging
 from collections import deque
 from typing import Any, Awaitable, Callable, Sequence
 
-from cairnq.store.loop_state import nothing_else_ready
 from cairnq.store.postgres.rows import rows_of
 
 log = logging.getLogger("cairnq.store")
@@ -32,12 +33,19 @@ class PgWriteBatcher:
         self._batch_writer = getattr(executor, "_write_batch", None)
         self._queue: deque[tuple[str, list[Any], asyncio.Future[list[Any]]]] = deque()
         self._flusher: asyncio.Task[None] | None = None
+        self._sending_alone = False  # a write that found nothing in flight is on its way
 
     async def write(self, text: str, values: list[Any]) -> list[Any]:
+        if self._flusher is None and not self._queue and not self._sending_alone:
+            # Nothing in flight: send it now. Waiting a turn to see whether
+            # others join would cost every sequential caller that turn (and
+            # whatever else is ready in it) for nothing.
+            self._sending_alone = True
+            try:
+                return await self._rows(text, values)
+            finally:
+                self._sending_alone = False
         loop = asyncio.get_running_loop()
-        if self._flusher is None and not self._queue:
-            if nothing_else_ready(loop):
-                return await self._rows(text, values)  # nothing could join a batch
         future: asyncio.Future[list[Any]] = loop.create_future()
         self._queue.append((text, values, future))
         if self._flusher is None:
