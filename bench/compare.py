@@ -8,10 +8,15 @@ the reference's own cached virtualenv, built on first use), against a fresh
 database each time, alternating which SDK goes first between rounds. The
 physical limits of this machine (bare sqlite3 loops of 1-row and 64-row
 commits, no SDK) are measured in the same run, and so are the floors of
-``drain_c64``, ``get``, ``submit_seq`` and (PostgreSQL) ``call_latency``: their
-own statements in a bare loop, same schema, durability and connection
-settings (``bench/workloads.py`` ``floor_*``), run in the same rounds and
-reported as ours / floor. Prints medians, ranges and the ratio per row;
+``drain_c64``, ``get``, ``submit_seq`` and ``call_latency``: their own
+statements in a bare loop, same schema, durability and connection settings
+(``bench/workloads.py`` ``floor_*``), run in the same rounds and reported as
+ours / floor. ``call_latency`` has two: ``floor_call`` (every statement on one
+connection, no process hop: below anything a call can reach) and
+``floor_call_processes`` (a bare worker in a second process, woken by
+NOTIFY on PostgreSQL or by spinning on PRAGMA data_version on SQLite, and the
+caller woken back the same way: the floor of a real cross-process call).
+Prints medians, ranges and the ratio per row;
 ``--json FILE`` saves the raw samples; ``--no-reference`` leaves the
 reference SDK out.
 """
@@ -43,12 +48,17 @@ WORKLOADS = [
 LIMITS = ["limit_commit1", "limit_commit1_schema", "limit_commit64", "limit_commit64_schema"]
 # Floors: a row's own statements in a bare loop, no SDK (bench/workloads.py
 # floor_*), run in the same rounds as ours whenever that row runs, and
-# reported as ours/floor (for call_latency: our milliseconds over the floor's).
+# reported as ours/floor (for call_latency: our milliseconds over the floor's;
+# floor_call is one connection in one process, floor_call_processes a bare
+# worker in a second process woken the fastest way the database allows).
 FLOORS = {
     "drain_c64": {"sqlite": ["floor_drain"], "postgres": ["floor_drain", "floor_drain_pipelined"]},
     "get": {"sqlite": ["floor_get"], "postgres": ["floor_get"]},
     "submit_seq": {"sqlite": ["floor_submit_seq"], "postgres": ["floor_submit_seq"]},
-    "call_latency": {"postgres": ["floor_call"]},
+    "call_latency": {
+        "sqlite": ["floor_call", "floor_call_processes"],
+        "postgres": ["floor_call", "floor_call_processes"],
+    },
 }
 LOWER_IS_BETTER = {"claim_idle", "call_latency"}
 

@@ -773,18 +773,302 @@ async def _floor_pg_call(target: str, n: int) -> list[float]:
     return samples
 
 
+def _floor_sqlite_call(target: str, n: int) -> list[float]:
+    """SQLite: submit, claim, complete and get on one stdlib sqlite3
+    connection, each write its own commit (WAL, synchronous=FULL): the
+    commits and the read a call cannot avoid."""
+    insert, complete = _statement("sqlite", "insert_task"), _statement("sqlite", "complete")
+    claim, get_sql = _statement("sqlite", "claim_one_queue_one_name"), _statement("sqlite", "get")
+    conn = _sqlite_floor_conn(target)
+    samples = []
+    try:
+        for i in range(-20, n):  # 20 to warm up
+            started = time.perf_counter()
+            now = int(time.time() * 1000)
+            row = dict(_submit_row(i + 20), name="echo", payload=json.dumps({"i": i}))
+            conn.execute(insert, dict(row, run_at_ms=now, now_ms=now))
+            now = int(time.time() * 1000)
+            (claimed,) = conn.execute(claim, {
+                "worker_id": "floor", "lease_until_ms": now + 30_000, "now_ms": now,
+                "queue": "default", "name": "echo", "limit": 1,
+            }).fetchall()  # fmt: skip
+            now = int(time.time() * 1000)
+            done = {"id": claimed[0], "result": row["payload"], "worker_id": "floor", "now_ms": now}
+            conn.execute(complete, done).fetchall()
+            conn.execute(get_sql, {"id": claimed[0]}).fetchall()
+            if i >= 0:
+                samples.append((time.perf_counter() - started) * 1000)
+    finally:
+        conn.close()
+    return samples
+
+
 def floor_call(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
-    """PostgreSQL: the floor of ``call_latency``: its three commits and the
-    caller's read in a bare loop on one connection (no process hops, no
-    notifications)."""
-    if dialect != "postgres":
-        raise SystemExit("floor_call is a PostgreSQL floor")
+    """The floor of ``call_latency`` in one process: its three commits and
+    the caller's read in a bare loop on one connection (no process hops, no
+    wake-ups). Below what any cross-process call can reach: see
+    ``floor_call_processes`` for that one."""
     _fresh_schema(dialect, target)
-    samples = sorted(asyncio.run(_floor_pg_call(target, o["calls"])))
+    if dialect == "postgres":
+        samples = sorted(asyncio.run(_floor_pg_call(target, o["calls"])))
+    else:
+        samples = sorted(_floor_sqlite_call(target, o["calls"]))
     return {
         "value": statistics.median(samples),
         "p95": samples[int(len(samples) * 0.95) - 1],
         "unit": "ms per call (bare loop, p50)",
+    }
+
+
+# The channels the protocol's trigger notifies (protocol/migrations/postgres/
+# 0003_notify.sql): the queue's name on cairnq_queued when a task becomes
+# claimable, the task's id on cairnq_done when it reaches a terminal state.
+QUEUED_CHANNEL, DONE_CHANNEL = "cairnq_queued", "cairnq_done"
+TERMINAL = ("succeeded", "failed", "canceled")
+
+# The bare worker of floor_call_processes: its own process, stdlib sqlite3 or
+# psycopg only (no cairnq), running the protocol's statements handed to it in
+# argv[1] (JSON; the PostgreSQL ones already in $n form, converted by the
+# parent; the one statement spelled here is the LISTEN, its channel quoted by
+# psycopg.sql.Identifier as the SDK does). It echoes each "echo" task's payload
+# as its result. PostgreSQL: woken by cairnq_queued, it claims (limit 1) and
+# completes until nothing is left; SQLite: it spins on PRAGMA data_version and
+# claims when another connection has committed. Either way it drains once at
+# start (a task inserted before it listened is not lost) and exits when its
+# parent is gone.
+_BARE_WORKER = r"""
+import json, os, sys, time
+
+cfg = json.loads(sys.argv[1])
+target, st = cfg["target"], cfg["statements"]
+parent = os.getppid()
+
+if cfg["dialect"] == "postgres":
+    import psycopg
+    from psycopg import sql as pgsql
+    from psycopg.adapt import Loader
+
+    class JsonText(Loader):
+        def load(self, data):
+            return bytes(data).decode("utf-8")
+
+    work = psycopg.connect(target, autocommit=True, prepare_threshold=0, cursor_factory=psycopg.RawCursor)
+    work.adapters.register_loader("jsonb", JsonText)
+    work.adapters.register_loader("json", JsonText)
+    listen = psycopg.connect(target, autocommit=True)
+    listen.execute(pgsql.SQL("listen {}").format(pgsql.Identifier(cfg["channel"])))
+    claim, claim_slots = st["claim_one_queue_one_name"]
+    complete, complete_slots = st["complete"]
+    claim_values = {"worker_id": "floor", "lease_ms": 30_000, "queue": "default", "name": "echo", "limit": 1}
+    claim_args = [claim_values[s] for s in claim_slots]
+    cur = work.cursor()
+
+    def drain():
+        while True:
+            cur.execute(claim, claim_args, prepare=True)
+            rows = cur.fetchall()
+            if not rows:
+                return
+            names = [c.name for c in cur.description]
+            id_at, payload_at = names.index("id"), names.index("payload")
+            for row in rows:
+                done = {"id": row[id_at], "result": row[payload_at], "worker_id": "floor"}
+                cur.execute(complete, [done[s] for s in complete_slots], prepare=True)
+                cur.fetchall()
+
+    drain()
+    while os.getppid() == parent:
+        for _ in listen.notifies(timeout=1.0, stop_after=1):
+            pass
+        drain()
+else:
+    import sqlite3
+
+    conn = sqlite3.connect(target, isolation_level=None)
+    conn.execute("pragma journal_mode = wal")
+    conn.execute("pragma synchronous = full")
+    version, probe = st["data_version"], st["claimable_probe_one_queue_one_name"]
+    claim, complete = st["claim_one_queue_one_name"], st["complete"]
+    last, pending, spins = None, True, 0
+    while True:
+        (now_version,) = conn.execute(version).fetchone()
+        if now_version != last:
+            last, pending = now_version, True
+        if not pending:
+            spins += 1
+            if spins & 0xFFFF == 0 and os.getppid() != parent:
+                break
+            continue
+        now = int(time.time() * 1000)
+        cur = conn.execute(claim, {
+            "worker_id": "floor", "lease_until_ms": now + 30_000, "now_ms": now,
+            "queue": "default", "name": "echo", "limit": 1,
+        })
+        rows = cur.fetchall()
+        if not rows:
+            pending = False
+            continue
+        names = [c[0] for c in cur.description]
+        id_at, payload_at = names.index("id"), names.index("payload")
+        for row in rows:
+            now = int(time.time() * 1000)
+            done = {"id": row[id_at], "result": row[payload_at], "worker_id": "floor", "now_ms": now}
+            conn.execute(complete, done).fetchall()
+        # Another task queued before the version was read leaves no change to
+        # wake on: a read (no write lock, so no clash with the caller's next
+        # insert) says whether to claim again.
+        now = int(time.time() * 1000)
+        (due, _expired) = conn.execute(probe, {"queue": "default", "name": "echo", "now_ms": now}).fetchone()
+        pending = bool(due)
+"""
+
+
+def _spawn_bare_worker(dialect: str, target: str) -> subprocess.Popen[bytes]:
+    """The bare worker (``_BARE_WORKER``) in a process of its own, same
+    interpreter, handed the protocol's statements it runs."""
+    if dialect == "postgres":
+        names = ("claim_one_queue_one_name", "complete")
+        statements: dict[str, Any] = {name: list(_pg_dollar(name)) for name in names}
+    else:
+        names = (
+            "data_version", "claim_one_queue_one_name", "complete", "claimable_probe_one_queue_one_name"
+        )  # fmt: skip
+        statements = {name: _statement("sqlite", name) for name in names}
+    cfg = {
+        "dialect": dialect, "target": target, "statements": statements, "channel": QUEUED_CHANNEL,
+    }  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-I", "-c", _BARE_WORKER, json.dumps(cfg)],
+        cwd=os.path.dirname(os.path.abspath(__file__)) + "/..",
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _alive(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        raise RuntimeError(f"the bare worker exited ({proc.returncode})")
+
+
+def _floor_pg_call_processes(target: str, n: int, proc: subprocess.Popen[bytes]) -> list[float]:
+    """The caller: one connection inserts, and reads the task back with
+    ``get``; another LISTENs on cairnq_done and is woken by the trigger when
+    the worker's ``complete`` commits. psycopg's sync API (no event loop in
+    the way), prepared statements, autocommit."""
+    import psycopg
+    from psycopg import sql as pgsql
+    from psycopg.adapt import Loader
+
+    class JsonText(Loader):
+        def load(self, data: Any) -> str:
+            return bytes(data).decode("utf-8")
+
+    insert, insert_slots = _pg_dollar("insert_task")
+    get_sql, get_slots = _pg_dollar("get")
+    conn = psycopg.connect(
+        target, autocommit=True, prepare_threshold=0, cursor_factory=psycopg.RawCursor
+    )
+    listen = psycopg.connect(target, autocommit=True)
+    samples = []
+    try:
+        conn.adapters.register_loader("jsonb", JsonText)
+        conn.adapters.register_loader("json", JsonText)
+        listen.execute(pgsql.SQL("listen {}").format(pgsql.Identifier(DONE_CHANNEL)))
+        cur = conn.cursor()
+        for i in range(-20, n):  # 20 to warm up (the first also waits for the worker to start)
+            started = time.perf_counter()
+            row = dict(_submit_row(i + 20), name="echo", payload=json.dumps({"i": i}))
+            await_until = started + 30
+            cur.execute(insert, [row[s] for s in insert_slots], prepare=True)
+            cur.fetchall()
+            while row["id"] not in [note.payload for note in listen.notifies(timeout=1.0, stop_after=1)]:
+                _alive(proc)
+                if time.perf_counter() > await_until:
+                    raise RuntimeError(f"no {DONE_CHANNEL} notification for {row['id']} in 30 s")
+            cur.execute(get_sql, [{"id": row["id"]}[s] for s in get_slots], prepare=True)
+            (got,) = cur.fetchall()
+            if i >= 0:
+                samples.append((time.perf_counter() - started) * 1000)
+            names = [c.name for c in cur.description]
+            assert got[names.index("status")] == "succeeded", got
+            assert json.loads(got[names.index("result")]) == {"i": i}, got
+    finally:
+        conn.close()
+        listen.close()
+    return samples
+
+
+def _floor_sqlite_call_processes(target: str, n: int, proc: subprocess.Popen[bytes]) -> list[float]:
+    """The caller: inserts (its own commit), then spins on PRAGMA
+    data_version and reads the task with ``get`` each time another
+    connection has committed, until the task is terminal."""
+    insert, get_sql = _statement("sqlite", "insert_task"), _statement("sqlite", "get")
+    version = _statement("sqlite", "data_version")
+    conn = _sqlite_floor_conn(target)
+    samples = []
+    try:
+        (last,) = conn.execute(version).fetchone()  # own commits never move it: read once, kept
+        for i in range(-20, n):  # 20 to warm up (the first also waits for the worker to start)
+            started = time.perf_counter()
+            await_until = started + 30
+            now = int(time.time() * 1000)
+            row = dict(_submit_row(i + 20), name="echo", payload=json.dumps({"i": i}))
+            conn.execute(insert, dict(row, run_at_ms=now, now_ms=now))
+            spins = 0
+            while True:
+                (now_version,) = conn.execute(version).fetchone()
+                if now_version != last:
+                    last = now_version
+                    cur = conn.execute(get_sql, {"id": row["id"]})
+                    (got,) = cur.fetchall()
+                    names = [c[0] for c in cur.description]
+                    if got[names.index("status")] in TERMINAL:
+                        break
+                spins += 1
+                if spins & 0xFFF == 0:
+                    _alive(proc)
+                    if time.perf_counter() > await_until:
+                        raise RuntimeError(f"{row['id']} not settled by the bare worker in 30 s")
+            if i >= 0:
+                samples.append((time.perf_counter() - started) * 1000)
+            assert got[names.index("status")] == "succeeded", got
+            assert json.loads(got[names.index("result")]) == {"i": i}, got
+    finally:
+        conn.close()
+    return samples
+
+
+def floor_call_processes(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    """The floor of ``call_latency`` across two processes, as a call really
+    runs: a bare worker in a second process (``_BARE_WORKER``: stdlib sqlite3
+    or psycopg, no cairnq) must be woken by the submit, and the caller woken
+    back by the settlement; no SDK on either side.
+
+    PostgreSQL: both wake-ups are the protocol trigger's notifications
+    (cairnq_queued for the worker, cairnq_done for the caller, on a second
+    connection), then the caller's ``get``. SQLite has no notification: both
+    sides spin on PRAGMA data_version with no sleep at all, the lowest
+    wake-up latency there is, bought with a core each (a floor, not a design
+    to copy: on this 2-core machine the pair holds both cores while it runs).
+    """
+    _fresh_schema(dialect, target)
+    proc = _spawn_bare_worker(dialect, target)
+    try:
+        if dialect == "postgres":
+            samples = _floor_pg_call_processes(target, o["calls"], proc)
+        else:
+            samples = _floor_sqlite_call_processes(target, o["calls"], proc)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    samples.sort()
+    return {
+        "value": statistics.median(samples),
+        "p95": samples[int(len(samples) * 0.95) - 1],
+        "unit": "ms per call (bare, 2 procs, p50)",
     }
 
 
@@ -795,7 +1079,7 @@ WORKLOADS: dict[str, Callable[..., Any]] = {
         drain_c8, drain_c64, drain_distinct_c64, drain_batch64, call_latency, e2e_throughput,
         drain_sleep1ms_c64, drain_sleep1ms_c256, drain_cpu1ms_c64,
         limit_commit1, limit_commit1_schema, limit_commit64, limit_commit64_schema,
-        floor_drain, floor_drain_pipelined, floor_get, floor_submit_seq, floor_call,
+        floor_drain, floor_drain_pipelined, floor_get, floor_submit_seq, floor_call, floor_call_processes,
     )
 }  # fmt: skip
 
