@@ -68,6 +68,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 from cairnq.errors import StoreClosed
 from cairnq.store.loop_state import nothing_due_before, nothing_else_ready
 from cairnq.store.sqlite.file_watch import FileWatch
+from cairnq.store.sqlite.fine_timer import FineTimer
 from cairnq.store.sqlite.turns import HOLD_NS, WriteTurns
 
 log = logging.getLogger("cairnq.store")
@@ -746,20 +747,26 @@ class SqliteEngine:
                 waiter.set_result(None)
         self._commit_waiters.clear()
 
-    async def wait_commit(self, timeout_s: float, watch: FileWatch | None = None) -> None:
+    async def wait_commit(
+        self, timeout_s: float, watch: FileWatch | None = None, fine: FineTimer | None = None
+    ) -> None:
         """Return at this connection's next commit, at the next notification
         of ``watch`` (a change to the file's contents, held by the caller:
-        see file_watch), or after ``timeout_s``."""
+        see file_watch), or after ``timeout_s`` (to the tenth of a millisecond
+        with a ``fine`` timer, else to the loop's whole milliseconds)."""
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         self._commit_waiters.add(waiter)
         if watch is not None:
             watch.add(waiter)
-        timer = loop.call_later(timeout_s, _settle_none, waiter)
+        timer = None
+        if fine is None or not fine.settle_after(waiter, timeout_s):
+            timer = loop.call_later(timeout_s, _settle_none, waiter)
         try:
             await waiter
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
             self._commit_waiters.discard(waiter)
             if watch is not None:
                 watch.discard(waiter)

@@ -20,6 +20,7 @@ from cairnq.store.own import is_own, register_own
 from cairnq.store.sqlite.echo import row_echo
 from cairnq.store.sqlite.engine import SqliteEngine
 from cairnq.store.sqlite.file_watch import FileWatch, watch_database
+from cairnq.store.sqlite.fine_timer import FineTimer
 from cairnq.store.sqlite.opening import (
     SYNCHRONOUS_MODES,
     is_memory_path,
@@ -49,6 +50,13 @@ CHANGE_POLL_MAX_S = 0.002
 NOTICE_POLL_S = 0.001
 NOTICE_CLOSE_S = 0.025
 QUIET_POLL_S = 0.1
+# Within FINE_WINDOW_S of a notification, where a timerfd allows (see
+# fine_timer), the looks come every FINE_POLL_S instead: the commit behind
+# the notification is published when its fsync returns, typically 0.2-1 ms
+# after the write, and a waiter on whole milliseconds would see it up to a
+# millisecond late (twice in every call(): the worker woken, then the caller).
+FINE_POLL_S = 0.0002
+FINE_WINDOW_S = 0.004
 # How often an idle wait checks that the path still names the file we have
 # open (a stat(2); never per statement).
 FILE_CHECK_INTERVAL_S = 0.25
@@ -155,6 +163,7 @@ class SQLiteStore(TaskStore):
         # watch); None: waiters poll. _watch_path: the file to watch, until
         # a watch was tried.
         self._watch: FileWatch | None = None
+        self._fine: FineTimer | None = None  # made with the watch, closed with it
         self._watch_path: str | None = None
         #: Migrations the last connect applied (file names); empty when none were due.
         self.migrations_applied: list[str] = []
@@ -346,6 +355,8 @@ class SQLiteStore(TaskStore):
         if watch is None and self._watch_path is not None and self._engine is engine:
             watch = self._watch = watch_database(self._watch_path)
             self._watch_path = None
+            if watch is not None:
+                self._fine = FineTimer.open()
         if watch is None or not watch.live:
             return await self._await_change(engine, None, timeout_s, kind)
         # Held before the counter is read: a write from then on is reported
@@ -377,11 +388,14 @@ class SQLiteStore(TaskStore):
                 # before this wait began counts too: its commit may be on the
                 # way), down to the safety net.
                 since = now - watch.last_notice
-                if since < NOTICE_CLOSE_S:
-                    sleep = NOTICE_POLL_S
+                fine = self._fine
+                if since < FINE_WINDOW_S and fine is not None:
+                    sleep = FINE_POLL_S
+                elif since < NOTICE_CLOSE_S:
+                    sleep, fine = NOTICE_POLL_S, None
                 else:
-                    sleep = min(since, QUIET_POLL_S)
-                await engine.wait_commit(min(sleep, remaining), watch)
+                    sleep, fine = min(since, QUIET_POLL_S), None
+                await engine.wait_commit(min(sleep, remaining), watch, fine)
             else:
                 await engine.wait_commit(min(tick, remaining))
                 tick = min(tick * 2, CHANGE_POLL_MAX_S)
@@ -400,6 +414,9 @@ class SQLiteStore(TaskStore):
         watch, self._watch = self._watch, None
         if watch is not None:
             watch.close()
+        fine, self._fine = self._fine, None
+        if fine is not None:
+            fine.close()
 
     # -- the file under the path ------------------------------------------------
 
