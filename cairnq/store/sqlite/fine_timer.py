@@ -53,7 +53,7 @@ def _binding() -> Optional[tuple[Callable[[], int], Callable[[int, int], None]]]
     """(create, arm(fd, nanoseconds)) for this platform, or None."""
     if not sys.platform.startswith("linux"):
         return None
-    if hasattr(os, "timerfd_create"):  # Python 3.13+
+    if sys.version_info >= (3, 13):  # os binds timerfd
 
         def create_os() -> int:
             return os.timerfd_create(_CLOCK_MONOTONIC, flags=_TFD_NONBLOCK | _TFD_CLOEXEC)
