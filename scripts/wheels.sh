@@ -13,7 +13,8 @@
 #   5. the same sdist with extensions disabled (CAIRNQ_NO_EXTENSIONS=1, see
 #      setup.py): built, installed the same way, cairnq.SPEEDUPS == "python",
 #      the same vectors pass on the pure-Python twins;
-#   6. `twine check --strict` on the sdist and both wheels (metadata, README).
+#   6. `twine check --strict` on the sdist and both wheels (metadata, README), and
+#      the LICENSE file and its metadata in each.
 #
 # Artifacts stay in .cache/wheels/{sdist,wheel,repaired,pure}. Usage:
 #   bash scripts/wheels.sh            (PYTHON=python3.12 to pick the interpreter)
@@ -117,7 +118,20 @@ no_compiler "$WORK/venv-python/bin" python "${PIP[@]}" install --only-binary=:al
   "$PURE" "pytest>=8" "hypothesis>=6"
 smoke "$WORK/venv-python" python
 
-step "6. twine check --strict (sdist, repaired wheel, pure wheel)"
+step "6. twine check --strict (sdist, repaired wheel, pure wheel); the license travels with each"
 "$WORK/venv-tools/bin/twine" check --strict "$SDIST" "$REPAIRED" "$PURE"
+tar -tzf "$SDIST" | grep -q '^cairnq_fast-[^/]*/LICENSE$'
+for w in "$REPAIRED" "$PURE"; do
+  "$WORK/venv-tools/bin/python" - "$w" <<'PY'
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+found = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+text = zipfile.ZipFile(sys.argv[1]).read(meta).decode()
+assert found, f"no LICENSE in {sys.argv[1]}"
+assert "License-Expression: MIT" in text and "License-File: LICENSE" in text, "license metadata missing"
+PY
+done
+echo "    LICENSE in the sdist and both wheels; License-Expression: MIT"
 
 step "done in $((SECONDS - START))s"
