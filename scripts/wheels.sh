@@ -120,7 +120,8 @@ smoke "$WORK/venv-python" python
 
 step "6. twine check --strict (sdist, repaired wheel, pure wheel); the license travels with each"
 "$WORK/venv-tools/bin/twine" check --strict "$SDIST" "$REPAIRED" "$PURE"
-tar -tzf "$SDIST" | grep -q '^cairnq_fast-[^/]*/LICENSE$'
+tar -tzf "$SDIST" >"$WORK/sdist.list"  # (grep -q on a pipe would SIGPIPE tar under pipefail)
+grep -q '^cairnq_fast-[^/]*/LICENSE$' "$WORK/sdist.list"
 for w in "$REPAIRED" "$PURE"; do
   "$WORK/venv-tools/bin/python" - "$w" <<'PY'
 import sys, zipfile
