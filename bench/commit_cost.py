@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from workloads import _bare_table, _cairnq_schema
+from floors import _bare_table, _cairnq_schema
 
 FRAME_HEADER = 24
 WAL_HEADER = 32

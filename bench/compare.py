@@ -10,7 +10,7 @@ physical limits of this machine (bare sqlite3 loops of 1-row and 64-row
 commits, no SDK) are measured in the same run, and so are the floors of
 ``drain_c64``, ``get``, ``submit_seq`` and ``call_latency``: their own
 statements in a bare loop, same schema, durability and connection settings
-(``bench/workloads.py`` ``floor_*``), run in the same rounds and reported as
+(``bench/floors.py`` ``floor_*``), run in the same rounds and reported as
 ours / floor. ``call_latency`` has two: ``floor_call`` (every statement on one
 connection, no process hop: below anything a call can reach) and
 ``floor_call_processes`` (a bare worker in a second process, woken by
@@ -46,7 +46,7 @@ WORKLOADS = [
     "drain_sleep1ms_c64", "drain_sleep1ms_c256", "drain_cpu1ms_c64",
 ]  # fmt: skip
 LIMITS = ["limit_commit1", "limit_commit1_schema", "limit_commit64", "limit_commit64_schema"]
-# Floors: a row's own statements in a bare loop, no SDK (bench/workloads.py
+# Floors: a row's own statements in a bare loop, no SDK (bench/floors.py
 # floor_*), run in the same rounds as ours whenever that row runs, and
 # reported as ours/floor (for call_latency: our milliseconds over the floor's;
 # floor_call is one connection in one process, floor_call_processes a bare
