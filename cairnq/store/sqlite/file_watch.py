@@ -50,8 +50,8 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import errno
+import functools
 import logging
 import os
 import select
@@ -60,6 +60,8 @@ import sys
 import time
 import weakref
 from typing import Callable
+
+from cairnq.store.sqlite._libc import libc
 
 log = logging.getLogger("cairnq.store")
 
@@ -243,19 +245,14 @@ _DIR_GONE = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of name
 _READ_SIZE = 64 * 1024
 
-_libc: ctypes.CDLL | None = None
-
-
+@functools.cache
 def _inotify_libc() -> ctypes.CDLL:
-    global _libc
-    if _libc is None:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        libc.inotify_init1.argtypes = [ctypes.c_int]
-        libc.inotify_init1.restype = ctypes.c_int
-        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-        libc.inotify_add_watch.restype = ctypes.c_int
-        _libc = libc
-    return _libc
+    found = libc()
+    found.inotify_init1.argtypes = [ctypes.c_int]
+    found.inotify_init1.restype = ctypes.c_int
+    found.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+    found.inotify_add_watch.restype = ctypes.c_int
+    return found
 
 
 def _inotify_watch(directory: str, names: set[bytes]) -> FileWatch:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
+import functools
 import heapq
 import itertools
 import logging
@@ -28,6 +28,8 @@ import os
 import sys
 import time
 from typing import Callable, Optional
+
+from cairnq.store.sqlite._libc import libc
 
 log = logging.getLogger("cairnq.store")
 
@@ -49,8 +51,10 @@ class _ITimerSpec(ctypes.Structure):
     _fields_ = [("it_interval", _TimeSpec), ("it_value", _TimeSpec)]
 
 
+@functools.cache
 def _binding() -> Optional[tuple[Callable[[], int], Callable[[int, int], None]]]:
-    """(create, arm(fd, nanoseconds)) for this platform, or None."""
+    """(create, arm(fd, nanoseconds)) for this platform, or None. Made at the
+    first ``FineTimer.open()``, not at import (see ``_libc``)."""
     if not sys.platform.startswith("linux"):
         return None
     if sys.version_info >= (3, 13):  # os binds timerfd
@@ -63,8 +67,8 @@ def _binding() -> Optional[tuple[Callable[[], int], Callable[[int, int], None]]]
 
         return create_os, arm_os
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        create_fn, settime_fn = libc.timerfd_create, libc.timerfd_settime
+        found = libc()
+        create_fn, settime_fn = found.timerfd_create, found.timerfd_settime
     except (OSError, AttributeError):
         return None
     create_fn.argtypes, create_fn.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
@@ -87,8 +91,6 @@ def _binding() -> Optional[tuple[Callable[[], int], Callable[[int, int], None]]]
     return create_libc, arm_libc
 
 
-_BINDING = _binding()
-
 
 class FineTimer:
     """Settles futures after sub-millisecond delays, on the loop that asked."""
@@ -105,9 +107,10 @@ class FineTimer:
     def open(cls) -> Optional["FineTimer"]:
         """A timer, or None where there is no timerfd (the caller sleeps in
         whole milliseconds)."""
-        if _BINDING is None:
+        binding = _binding()
+        if binding is None:
             return None
-        create, arm = _BINDING
+        create, arm = binding
         try:
             return cls(create(), arm)
         except OSError:
