@@ -62,6 +62,7 @@ import weakref
 from typing import Callable
 
 from cairnq.store.sqlite._libc import libc
+from cairnq.store.sqlite.fine_timer import FineTimer
 
 log = logging.getLogger("cairnq.store")
 
@@ -85,6 +86,8 @@ class FileWatch:
     notification. ``last_notice`` is when the last one was read (monotonic
     seconds). ``live`` turns False when the watch stops working (its
     directory went away, the loop refused the descriptor): waiters then poll.
+    ``fine`` times the close looks that follow a notification (see
+    fine_timer; None where there is no timerfd); it is closed with the watch.
     """
 
     def __init__(self, fd: int, drain: Callable[[], bool], release: Callable[[], None]) -> None:
@@ -98,6 +101,7 @@ class FileWatch:
         self._loop: asyncio.AbstractEventLoop | None = None  # where the fd is registered
         self.live = True
         self.gone = False  # set by a backend: its watch ended (the directory went)
+        self.fine: FineTimer | None = None
         self.last_notice = float("-inf")
         self.notices = 0
 
@@ -183,6 +187,9 @@ class FileWatch:
             self._release()
         finally:
             self._fd = -1
+            fine, self.fine = self.fine, None
+            if fine is not None:
+                fine.close()
 
     @property
     def closed(self) -> bool:
@@ -212,15 +219,18 @@ def watch_database(path: str) -> FileWatch | None:
     real = os.path.realpath(path)
     directory, base = os.path.split(real)
     names = {base.encode(), (base + "-wal").encode(), (base + "-journal").encode()}
+    watch: FileWatch | None = None
     try:
         if sys.platform.startswith("linux"):
-            return _inotify_watch(directory or ".", names)
+            watch = _inotify_watch(directory or ".", names)
         elif sys.platform != "win32":
             if hasattr(select, "kqueue"):
-                return _kqueue_watch(directory or ".", real + "-wal")
+                watch = _kqueue_watch(directory or ".", real + "-wal")
     except OSError:
         log.debug("file watch unavailable for %s; polling", path, exc_info=True)
-    return None
+    if watch is not None:
+        watch.fine = FineTimer.open()
+    return watch
 
 
 # -- Linux: inotify through libc ------------------------------------------------

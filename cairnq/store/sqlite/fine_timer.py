@@ -27,6 +27,7 @@ import logging
 import os
 import sys
 import time
+import weakref
 from typing import Callable, Optional
 
 from cairnq.store.sqlite._libc import libc
@@ -97,6 +98,8 @@ class FineTimer:
 
     def __init__(self, fd: int, arm: Callable[[int, int], None]) -> None:
         self._fd = fd
+        # The descriptor goes with the timer even if nobody closes it.
+        self._release = weakref.finalize(self, os.close, fd)
         self._arm_fd = arm
         self._due: list[tuple[float, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
@@ -141,7 +144,7 @@ class FineTimer:
         if loop is not None and not loop.is_closed():
             loop.remove_reader(fd)
         self._loop = None
-        os.close(fd)
+        self._release()
         for _, _, future in self._due:  # wake whoever still sleeps: they look and wait again
             if not future.done():
                 future.set_result(None)

@@ -20,7 +20,6 @@ from cairnq.store.own import is_own, register_own
 from cairnq.store.sqlite.echo import row_echo
 from cairnq.store.sqlite.engine import SqliteEngine
 from cairnq.store.sqlite.file_watch import FileWatch, watch_database
-from cairnq.store.sqlite.fine_timer import FineTimer
 from cairnq.store.sqlite.opening import (
     SYNCHRONOUS_MODES,
     is_memory_path,
@@ -163,7 +162,6 @@ class SQLiteStore(TaskStore):
         # watch); None: waiters poll. _watch_path: the file to watch, until
         # a watch was tried.
         self._watch: FileWatch | None = None
-        self._fine: FineTimer | None = None  # made with the watch, closed with it
         self._watch_path: str | None = None
         #: Migrations the last connect applied (file names); empty when none were due.
         self.migrations_applied: list[str] = []
@@ -355,8 +353,6 @@ class SQLiteStore(TaskStore):
         if watch is None and self._watch_path is not None and self._engine is engine:
             watch = self._watch = watch_database(self._watch_path)
             self._watch_path = None
-            if watch is not None:
-                self._fine = FineTimer.open()
         if watch is None or not watch.live:
             return await self._await_change(engine, None, timeout_s, kind)
         # Held before the counter is read: a write from then on is reported
@@ -388,7 +384,7 @@ class SQLiteStore(TaskStore):
                 # before this wait began counts too: its commit may be on the
                 # way), down to the safety net.
                 since = now - watch.last_notice
-                fine = self._fine
+                fine = watch.fine
                 if since < FINE_WINDOW_S and fine is not None:
                     sleep = FINE_POLL_S
                 elif since < NOTICE_CLOSE_S:
@@ -414,9 +410,6 @@ class SQLiteStore(TaskStore):
         watch, self._watch = self._watch, None
         if watch is not None:
             watch.close()
-        fine, self._fine = self._fine, None
-        if fine is not None:
-            fine.close()
 
     # -- the file under the path ------------------------------------------------
 

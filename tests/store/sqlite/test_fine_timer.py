@@ -117,3 +117,25 @@ async def test_wait_commit_with_the_timer_returns_after_its_timeout(tmp_path) ->
     finally:
         timer.close()
         await engine.drain_and_close()
+
+
+def test_a_timer_dropped_unclosed_releases_its_descriptor() -> None:
+    import gc
+
+    timer = _timer()
+    fd = timer._fd
+    del timer
+    gc.collect()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+def test_the_file_watch_owns_its_timer(tmp_path) -> None:
+    """Made with the watch (where there is a timerfd), closed with it."""
+    from cairnq.store.sqlite.file_watch import watch_database
+
+    watch = watch_database(str(tmp_path / "t.db"))
+    assert watch is not None and watch.fine is not None
+    fine = watch.fine
+    watch.close()
+    assert fine.closed and watch.fine is None
