@@ -131,9 +131,7 @@ def _floor_sqlite(target: str, n: int, batch: int) -> float:
     default durability): per transaction, claim ``batch`` tasks and complete
     them with ``complete_many``, the statements a worker's drain runs."""
     claim, complete = _statement("sqlite", "claim_one_queue_one_name"), _statement("sqlite", "complete_many")
-    conn = sqlite3.connect(target, isolation_level=None)
-    conn.execute("pragma journal_mode = wal")
-    conn.execute("pragma synchronous = full")
+    conn = _sqlite_floor_conn(target)
     done = 0
     started = time.perf_counter()
     while done < n:
@@ -246,22 +244,28 @@ def _sqlite_floor_conn(target: str) -> sqlite3.Connection:
     return conn
 
 
-async def _pg_floor_conn(target: str) -> Any:
-    """psycopg (its C implementation) with the pool's connection settings:
-    autocommit, statements prepared server-side at once, ``$n`` placeholders
-    (raw cursor), json/jsonb read as text."""
-    import psycopg
+def _json_as_text(conn: Any) -> None:
+    """json/jsonb columns read as text on ``conn``, as the pool reads them."""
     from psycopg.adapt import Loader
 
     class JsonText(Loader):
         def load(self, data: Any) -> str:
             return bytes(data).decode("utf-8")
 
+    conn.adapters.register_loader("jsonb", JsonText)
+    conn.adapters.register_loader("json", JsonText)
+
+
+async def _pg_floor_conn(target: str) -> Any:
+    """psycopg (its C implementation) with the pool's connection settings:
+    autocommit, statements prepared server-side at once, ``$n`` placeholders
+    (raw cursor), json/jsonb read as text."""
+    import psycopg
+
     conn = await psycopg.AsyncConnection.connect(
         target, autocommit=True, prepare_threshold=0, cursor_factory=psycopg.AsyncRawCursor
     )
-    conn.adapters.register_loader("jsonb", JsonText)
-    conn.adapters.register_loader("json", JsonText)
+    _json_as_text(conn)
     return conn
 
 
@@ -427,6 +431,12 @@ def _floor_sqlite_call(target: str, n: int) -> list[float]:
     return samples
 
 
+def latency(samples: list[float], unit: str) -> dict[str, Any]:
+    """Call latencies (ms) as a row: the median, and the p95 beside it."""
+    ordered = sorted(samples)
+    return {"value": statistics.median(ordered), "p95": ordered[int(len(ordered) * 0.95) - 1], "unit": unit}
+
+
 def floor_call(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
     """The floor of ``call_latency`` in one process: its three commits and
     the caller's read in a bare loop on one connection (no process hops, no
@@ -434,14 +444,10 @@ def floor_call(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
     ``floor_call_processes`` for that one."""
     _fresh_schema(dialect, target)
     if dialect == "postgres":
-        samples = sorted(asyncio.run(_floor_pg_call(target, o["calls"])))
+        samples = asyncio.run(_floor_pg_call(target, o["calls"]))
     else:
-        samples = sorted(_floor_sqlite_call(target, o["calls"]))
-    return {
-        "value": statistics.median(samples),
-        "p95": samples[int(len(samples) * 0.95) - 1],
-        "unit": "ms per call (bare loop, p50)",
-    }
+        samples = _floor_sqlite_call(target, o["calls"])
+    return latency(samples, "ms per call (bare loop, p50)")
 
 
 # The channels the protocol's trigger notifies (protocol/migrations/postgres/
@@ -580,11 +586,6 @@ def _floor_pg_call_processes(target: str, n: int, proc: subprocess.Popen[bytes])
     the way), prepared statements, autocommit."""
     import psycopg
     from psycopg import sql as pgsql
-    from psycopg.adapt import Loader
-
-    class JsonText(Loader):
-        def load(self, data: Any) -> str:
-            return bytes(data).decode("utf-8")
 
     insert, insert_slots = _pg_dollar("insert_task")
     get_sql, get_slots = _pg_dollar("get")
@@ -594,8 +595,7 @@ def _floor_pg_call_processes(target: str, n: int, proc: subprocess.Popen[bytes])
     listen = psycopg.connect(target, autocommit=True)
     samples = []
     try:
-        conn.adapters.register_loader("jsonb", JsonText)
-        conn.adapters.register_loader("json", JsonText)
+        _json_as_text(conn)
         listen.execute(pgsql.SQL("listen {}").format(pgsql.Identifier(DONE_CHANNEL)))
         cur = conn.cursor()
         for i in range(-20, n):  # 20 to warm up (the first also waits for the worker to start)
@@ -688,9 +688,4 @@ def floor_call_processes(dialect: str, target: str, o: dict[str, Any]) -> dict[s
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
-    samples.sort()
-    return {
-        "value": statistics.median(samples),
-        "p95": samples[int(len(samples) * 0.95) - 1],
-        "unit": "ms per call (bare, 2 procs, p50)",
-    }
+    return latency(samples, "ms per call (bare, 2 procs, p50)")

@@ -36,6 +36,7 @@ from floors import (  # noqa: E402
     floor_submit_seq,
     floor_call,
     floor_call_processes,
+    latency,
 )
 from sdk_client import client as _client, submit_many as _submit_many  # noqa: E402
 
@@ -384,12 +385,7 @@ async def call_latency(dialect: str, target: str, o: dict[str, Any]) -> dict[str
             started = time.perf_counter()
             assert await q.call("echo", {"i": i}, timeout_ms=30_000) == {"i": i}
             samples.append((time.perf_counter() - started) * 1000)
-        samples.sort()
-        return {
-            "value": statistics.median(samples),
-            "p95": samples[int(len(samples) * 0.95) - 1],
-            "unit": "ms per call (p50)",
-        }
+        return latency(samples, "ms per call (p50)")
 
     return await _with_worker(dialect, target, 4, body)  # type: ignore[no-any-return]
 
