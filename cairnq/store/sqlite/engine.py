@@ -255,13 +255,27 @@ class SqliteEngine:
 
     # -- reads -----------------------------------------------------------
 
-    async def read(self, sql: str, params: Any, probe: str | None = None) -> list[Any]:
+    async def read(
+        self,
+        sql: str,
+        params: Any,
+        probe: str | None = None,
+        bind: Callable[[Any], Any] | None = None,
+    ) -> list[Any]:
         """A read outside any transaction, retried while the database is busy.
 
         ``probe``: a waiter may go to sleep on this read's answer (is the task
         done, is work due); the change counters (our commits, the file's
         data_version) are noted just before it, for the next wait of that kind
-        to count from (``take_probe_stamp``)."""
+        to count from (``take_probe_stamp``).
+
+        ``bind``: the statement's values are ``bind(params)``, made right after
+        the stamp, with no suspension between them and the statement. A probe's
+        values include its clock (``now_ms``: is work due?), and that clock must
+        be no older than the stamp: bound before a wait for the gate, a probe
+        would miss a task submitted during that wait (due by the submitter's
+        clock, not yet by the probe's) while its stamp, taken after, already
+        counted that submit, so the waiter would sleep through it."""
         if _monotonic() >= self._slice_end:
             await self._next_slice()
         policy: BusyPolicy | None = None
@@ -275,7 +289,8 @@ class SqliteEngine:
                     version = self.data_version()
                     if version is not None:
                         self._probe_stamps[probe] = (self.commits, version)
-                return self.conn.execute(sql, params).fetchall()
+                values = params if bind is None else bind(params)
+                return self.conn.execute(sql, values).fetchall()
             except sqlite3.OperationalError as exc:
                 if not is_busy(exc):
                     raise

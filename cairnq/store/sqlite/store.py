@@ -282,9 +282,11 @@ class SQLiteStore(TaskStore):
             self._schedule_statistics()
         stmt = self._statements[name]
         sql = stmt.specialize(params) if stmt.filters else stmt.text
-        bound = self._binders[name](params)
         if stmt.is_read:
-            return await engine.read(sql, bound, _PROBES.get(name))
+            # Bound by the engine when it runs the read: a probe's clock must
+            # be no older than its stamp (see SqliteEngine.read).
+            return await engine.read(sql, params, _PROBES.get(name), self._binders[name])
+        bound = self._binders[name](params)
         echo = self._echoes.get(name)
         if echo is None:
             return await engine.write(sql, bound, deferred=deferred)

@@ -13,6 +13,7 @@ of one, so the margin is huge; a missed wakeup takes the whole WAIT_MS.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any, Awaitable
@@ -68,6 +69,38 @@ async def test_claim_wake_sees_a_submit_committed_after_the_probe(tmp_path: Path
         assert await idle_worker.claim(queues=["default"], worker_id="w") == []  # probed: nothing
         await producer.submit(name="echo", payload=1)  # after the probe
         assert await _seconds(idle_worker.claim_wake(["default"], WAIT_MS)) < PROMPT_S
+    finally:
+        await idle_worker.close()
+        await producer.close()
+
+
+async def test_a_probe_that_waits_for_its_connection_reads_the_clock_after_waiting(
+    tmp_path: Path,
+) -> None:
+    """A probe asks whether work is due by a clock (``now_ms``). If it has to
+    wait before it runs (here for its own connection, held by another of the
+    process's users), a task submitted meanwhile is due by its submitter's
+    clock: the probe must not judge it by a clock read before the wait. (It
+    did, while the change counter its wait counts from was read after: the
+    submit was taken for seen, the task for not yet due, and the worker slept
+    a whole poll interval. Under CPU contention a preemption between the two
+    reads did the same, about one call in a hundred.)"""
+    path = str(tmp_path / "tasks.db")
+    idle_worker, producer = SQLiteStore(path), SQLiteStore(path)
+    try:
+        await idle_worker.connect()
+        await producer.connect()
+        engine = idle_worker._engine
+        assert engine is not None
+        async with engine.exclusive():  # the connection is busy with something else
+            claiming = asyncio.ensure_future(idle_worker.claim(queues=["default"], worker_id="w"))
+            await asyncio.sleep(0.02)  # the claim's probe is waiting for the connection
+            task = await producer.submit(name="echo", payload=1)
+        claimed = await claiming
+        if not claimed:  # missed: the wait that follows must not sleep through it
+            assert await _seconds(idle_worker.claim_wake(["default"], WAIT_MS)) < PROMPT_S
+            claimed = await idle_worker.claim(queues=["default"], worker_id="w")
+        assert [t.id for t in claimed] == [task.id]
     finally:
         await idle_worker.close()
         await producer.close()
