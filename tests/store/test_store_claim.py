@@ -30,6 +30,14 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def latest_ms() -> int:
+    """An upper bound for a stamp the database made before now: PostgreSQL's
+    ``(extract(epoch from now()) * 1000)::bigint`` rounds to the nearest
+    millisecond, the SDK clock (``now_ms``) truncates, so a stamp may read
+    one more than ``now_ms()`` taken after it."""
+    return now_ms() + 1
+
+
 def need_sqlite(backend: Any) -> None:
     if backend.dialect != "sqlite":
         pytest.skip("rewrites columns with sqlite3")
@@ -378,7 +386,7 @@ async def test_claimed_row_columns(backend: Any) -> None:
     before = as_dict(await store.get(t.id))
     t0 = now_ms()
     [c] = await store.claim(queues=["q"], worker_id="worker_A", lease_ms=12_345)
-    t1 = now_ms()
+    t1 = latest_ms()
     after = as_dict(c)
     assert after == as_dict(await store.get(t.id))
     assert after["status"] == "running"
@@ -516,7 +524,7 @@ async def test_expired_lease_elsewhere_makes_probe_true_and_is_recovered(backend
     out = await store.claim_session(
         queues=["my_q"], worker_id="other_worker", names=["mine"], plan=plan
     )
-    t1 = now_ms()
+    t1 = latest_ms()
     assert out == "ran"
     assert plan.calls == 1 and plan.got == [[]]
     row = await store.get(dead.id)
@@ -592,7 +600,7 @@ async def test_recover_leases_branches(sqlite_backend: Any) -> None:
     plan = Plan([(None, 10)])
     t0 = now_ms()
     out = await store.claim_session(queues=["nowhere"], worker_id="w", names=None, plan=plan)
-    t1 = now_ms()
+    t1 = latest_ms()
     assert out == "ret" and plan.got == [[]]
 
     after = {t.id: raw(backend, t.id) for t in (a, b, c, live)}

@@ -28,6 +28,14 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def latest_ms() -> int:
+    """An upper bound for a stamp the database made before now: PostgreSQL's
+    ``(extract(epoch from now()) * 1000)::bigint`` rounds to the nearest
+    millisecond, the SDK clock (``now_ms``) truncates, so a stamp may read
+    one more than ``now_ms()`` taken after it."""
+    return now_ms() + 1
+
+
 def need_sqlite(backend: Any) -> None:
     if backend.dialect != "sqlite":
         pytest.skip("reads/rewrites columns with sqlite3")
@@ -221,7 +229,7 @@ async def test_heartbeat_extends_lease_and_returns_row(backend: Any) -> None:
     before = as_dict(await store.get(t.id))
     t0 = now_ms()
     beat = await store.heartbeat(task_id=t.id, worker_id="w1", lease_ms=60_000)
-    t1 = now_ms()
+    t1 = latest_ms()
     got = as_dict(beat)
     assert got == as_dict(await store.get(t.id))
     assert t0 + 60_000 <= got["lease_until_ms"] <= t1 + 60_000
@@ -274,7 +282,7 @@ async def test_heartbeat_batch(backend: Any) -> None:
     ids = [live.id, lost.id, flagged.id, foreign.id, done.id, queued.id, "task_nope", live.id]
     t0 = now_ms()
     beats = await store.heartbeat_batch(task_ids=ids, worker_id="w1", lease_ms=45_000)
-    t1 = now_ms()
+    t1 = latest_ms()
     assert beats == {live.id: False, flagged.id: True}
     assert list(beats) == [live.id, flagged.id]  # in the order asked, as 0.15.1
     assert all(type(v) is bool for v in beats.values())
@@ -304,7 +312,7 @@ async def test_progress_fields_independent(backend: Any) -> None:
 
     t0 = now_ms()
     r = await store.progress(task_id=t.id, worker_id="w1", progress=0.25, message=None)
-    t1 = now_ms()
+    t1 = latest_ms()
     assert t0 <= r.updated_at_ms <= t1
     assert as_dict(r) == expected(start, progress=0.25, updated_at_ms=r.updated_at_ms)
 
@@ -341,7 +349,7 @@ async def test_succeed_ignores_cancel(backend: Any) -> None:
     assert before["cancel_requested_at_ms"] is not None
     t0 = now_ms()
     r = await store.succeed(task_id=t.id, worker_id="w1", result={"a": 1})
-    t1 = now_ms()
+    t1 = latest_ms()
     assert t0 <= r.completed_at_ms <= t1
     assert as_dict(r) == expected(
         before,
@@ -368,7 +376,7 @@ async def test_complete_branches(backend: Any) -> None:
     before = as_dict(await store.get(t.id))
     t0 = now_ms()
     r = await store.complete(task_id=t.id, worker_id="w1", result=[1, "two", {"3": None}])
-    t1 = now_ms()
+    t1 = latest_ms()
     assert t0 <= r.completed_at_ms <= t1
     assert as_dict(r) == expected(
         before,
@@ -389,7 +397,7 @@ async def test_complete_branches(backend: Any) -> None:
     before = as_dict(await store.get(t.id))
     t0 = now_ms()
     r = await store.complete(task_id=t.id, worker_id="w1", result={"x": 1})
-    t1 = now_ms()
+    t1 = latest_ms()
     assert t0 <= r.completed_at_ms <= t1
     assert as_dict(r) == expected(
         before,
@@ -419,7 +427,7 @@ async def test_complete_each_settles_each_with_its_own_result(backend: Any) -> N
     results = [None if v is None else store._encode(v) for v in values] + ['{"x":1}'] * 4
     t0 = now_ms()
     settled = await store._complete_each_json(ids, "w1", results, deferred=False)
-    t1 = now_ms()
+    t1 = latest_ms()
     assert settled == {**{t.id: "succeeded" for t in mine}, canceled.id: "canceled"}
     for t, value in zip(mine, values):
         got = await store.get(t.id)
@@ -504,7 +512,7 @@ async def test_fail_branch_a_cancel_requested(backend: Any) -> None:
         r = await store.fail(
             task_id=t.id, worker_id="w1", error=dict(ENV), retryable=retryable, delay_ms=5_000
         )
-        t1 = now_ms()
+        t1 = latest_ms()
         assert t0 <= r.completed_at_ms <= t1
         assert as_dict(r) == expected(
             before,
@@ -531,7 +539,7 @@ async def test_fail_branch_b_requeue(backend: Any) -> None:
         r = await store.fail(
             task_id=t.id, worker_id="w1", error=dict(ENV), retryable=True, delay_ms=delay_ms
         )
-        t1 = now_ms()
+        t1 = latest_ms()
         assert t0 + delay_ms <= r.run_at_ms <= t1 + delay_ms
         assert t0 <= r.updated_at_ms <= t1
         assert as_dict(r) == expected(
@@ -585,7 +593,7 @@ async def test_fail_branch_c_failed(backend: Any) -> None:
         r = await store.fail(
             task_id=t.id, worker_id="w1", error=dict(ENV), retryable=retryable, delay_ms=9_000
         )
-        t1 = now_ms()
+        t1 = latest_ms()
         case = (max_attempts, attempts, retryable)
         assert t0 <= r.completed_at_ms <= t1, case
         assert as_dict(r) == expected(

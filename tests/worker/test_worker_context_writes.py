@@ -70,7 +70,7 @@ async def test_ctx_heartbeat_extends_the_lease(backend) -> None:
         await asyncio.sleep(0.05)
         t0 = now_ms()
         row = await ctx.heartbeat()
-        t1 = now_ms()
+        t1 = now_ms() + 1  # PostgreSQL's stamps round to the nearest ms; now_ms truncates
         out.update(after=row.lease_until_ms, t0=t0, t1=t1, status=row.status, worker=row.worker_id)
         out["stored"] = (await q.get(ctx.task_id)).lease_until_ms
 
