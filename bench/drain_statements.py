@@ -1,0 +1,103 @@
+"""Where a SQLite drain's database time goes, statement by statement.
+
+    python bench/drain_statements.py                 # 20,000 no-op tasks, concurrency 64
+    python bench/drain_statements.py --tasks 5000 --switch-interval 0.0001
+
+A worker drains a bulk-loaded backlog (the same set-up as
+``profile_drain.py``) while every call on its store's sqlite3 connection is
+timed by kind (BEGIN, COMMIT, the claim and settlement UPDATEs, reads). What
+is left of the wall time per task is ours: the event loop, the contexts, the
+dispatch and the bookkeeping. No sampling profiler runs, so the wall time is
+close to an ordinary drain's; the wrapper adds a Python call per statement
+(a few per 64 tasks).
+
+``--switch-interval`` sets ``sys.setswitchinterval`` first: how long a
+thread waiting for the GIL lets the running one go on (5 ms by default).
+It matters wherever a commit runs on the committer thread (see
+``cairnq/store/sqlite/engine.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import os
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from memory import client, counting_worker, prepare_backlog  # noqa: E402
+
+
+class TimedConnection:
+    """A sqlite3 connection whose ``execute`` is timed by statement kind."""
+
+    def __init__(self, conn: Any, times: dict[str, list[float]]) -> None:
+        self._conn = conn
+        self._times = times
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return self._conn.execute(sql, *args)
+        finally:
+            spent = time.perf_counter() - started
+            entry = self._times[_kind(sql)]
+            entry[0] += 1
+            entry[1] += spent
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+def _kind(sql: str) -> str:
+    words = sql.split(None, 3)
+    head = " ".join(words[:3]) if words and words[0].lower() in ("update", "insert", "delete") else words[0]
+    return head.upper() if len(head) <= 12 else head[:40]
+
+
+async def drain(db: str, concurrency: int, tasks: int, times: dict[str, list[float]]) -> float:
+    async with client(db) as q:
+        await q.store.connect()
+        engine = q.store._engine  # bench only: the store's one engine
+        engine.conn = TimedConnection(engine.conn, times)
+        worker, done = counting_worker(q.store, concurrency)
+        started = time.perf_counter()
+        run = asyncio.ensure_future(worker.run())
+        while done() < tasks:
+            await asyncio.sleep(0.005)
+        elapsed = time.perf_counter() - started
+        worker.stop()
+        await run
+        return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--switch-interval", type=float, default=None)
+    args = parser.parse_args()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
+    db = os.path.join(tempfile.mkdtemp(prefix="cairnq-statements-"), "drain.db")
+    asyncio.run(prepare_backlog(db, args.tasks))
+    times: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
+    elapsed = asyncio.run(drain(db, args.concurrency, args.tasks, times))
+    n = args.tasks
+    in_db = sum(spent for _, spent in times.values())
+    print(f"{n:,} tasks at concurrency {args.concurrency}: {n / elapsed:,.0f} tasks/s, "
+          f"{elapsed / n * 1e6:.1f} us per task")  # fmt: skip
+    print(f"{'statement':<44}{'calls':>7}{'us/task':>10}{'us/call':>10}")
+    for kind, (calls, spent) in sorted(times.items(), key=lambda kv: -kv[1][1]):
+        print(f"{kind:<44}{calls:>7}{spent / n * 1e6:>10.2f}{spent / calls * 1e6:>10.1f}")
+    print(f"{'in the database':<44}{'':>7}{in_db / n * 1e6:>10.2f}")
+    print(f"{'the rest (ours: loop, dispatch, bookkeeping)':<44}{'':>7}{(elapsed - in_db) / n * 1e6:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()
