@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import time
 from typing import Any
 
 import pytest
+from db_clock import latest_ms, now_ms
 
 from cairnq import LostLease, Task
 
@@ -24,18 +24,6 @@ TERMINAL = ("succeeded", "failed", "canceled")
 
 
 # -- helpers -----------------------------------------------------------------
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def latest_ms() -> int:
-    """An upper bound for a stamp the database made before now: PostgreSQL's
-    ``(extract(epoch from now()) * 1000)::bigint`` rounds to the nearest
-    millisecond, the SDK clock (``now_ms``) truncates, so a stamp may read
-    one more than ``now_ms()`` taken after it."""
-    return now_ms() + 1
 
 
 def need_sqlite(backend: Any) -> None:

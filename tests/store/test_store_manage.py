@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import pytest
+from db_clock import assert_within, now_ms
 
 from cairnq import CairnQ, Task
 
@@ -23,20 +24,6 @@ ENVELOPE = {
     "details": {"why": "test"},
 }
 TERMINAL = ("succeeded", "failed", "canceled")
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def slack(backend: Any) -> int:
-    return 0 if backend.dialect == "sqlite" else 1000
-
-
-def assert_within(value: Any, before: int, after: int, backend: Any) -> None:
-    s = slack(backend)
-    assert type(value) is int
-    assert before - s <= value <= after + s, (value, before, after)
 
 
 def raw_exec(backend: Any, sql: str, *args: Any) -> list[tuple[Any, ...]]:

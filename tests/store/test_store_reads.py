@@ -6,10 +6,10 @@ Spec: OPERATIONS.md §3.2-§3.5, §3.9; API.md §4, §7.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
+from db_clock import now_ms
 
 from cairnq import STATUSES, CairnQ, Task, TaskRef
 
@@ -21,10 +21,6 @@ ENVELOPE = {
     "details": {},
 }
 ALL_STATUSES = ("queued", "running", "succeeded", "failed", "canceled")
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def zeros() -> dict[str, int]:

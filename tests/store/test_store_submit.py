@@ -17,6 +17,7 @@ import uuid
 from typing import Any
 
 import pytest
+from db_clock import assert_within, now_ms
 
 import cairnq
 from cairnq import AlreadyExists, CairnQ, SerializationError, Task, TaskDef
@@ -33,21 +34,6 @@ ENVELOPE = {
 
 
 # -- helpers ----------------------------------------------------------------------
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def slack(backend: Any) -> int:
-    """SQLite stamps rows with the SDK clock (exact); Postgres with the DB clock."""
-    return 0 if backend.dialect == "sqlite" else 1000
-
-
-def assert_within(value: Any, before: int, after: int, backend: Any) -> None:
-    s = slack(backend)
-    assert type(value) is int
-    assert before - s <= value <= after + s, (value, before, after)
 
 
 def ref_json(value: Any) -> str:

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import pytest
+from db_clock import latest_ms, now_ms
 from worker_kit import envelope, eventually, finish, make
 
 from cairnq import (
@@ -14,7 +15,6 @@ from cairnq import (
     TaskDef,
     TaskError,
 )
-from cairnq._ids import now_ms
 
 # -- 5. context writes -------------------------------------------------------------
 
@@ -70,7 +70,7 @@ async def test_ctx_heartbeat_extends_the_lease(backend) -> None:
         await asyncio.sleep(0.05)
         t0 = now_ms()
         row = await ctx.heartbeat()
-        t1 = now_ms() + 1  # PostgreSQL's stamps round to the nearest ms; now_ms truncates
+        t1 = latest_ms()
         out.update(after=row.lease_until_ms, t0=t0, t1=t1, status=row.status, worker=row.worker_id)
         out["stored"] = (await q.get(ctx.task_id)).lease_until_ms
 
