@@ -527,6 +527,12 @@ class Worker:
             if probed:
                 probed_at = time.monotonic()
             if calls:
+                if self._calls:
+                    # Earlier calls' settlements may have ridden in this claim's
+                    # transaction and been committed with it (SQLite), a retried
+                    # task claimed again by it: those calls report their outcome
+                    # (task.retried, ...) before this claim's calls report theirs.
+                    await asyncio.sleep(0)
                 self._dispatch(calls)
                 if _EAGER_TASK is not None:
                     # Calls that started eagerly and wrote inline resume (and
