@@ -23,10 +23,14 @@ __all__ = ["open_connection", "is_memory_path", "run_migrations", "refresh_stati
 
 WAL_RETRY_S = 0.05
 WAL_RETRY_BUDGET_S = 5.0
-# Bounds the rows ANALYZE reads per index during upkeep, so the periodic
-# refresh (which runs on the event loop) stays in the milliseconds.
+# Bounds the rows ANALYZE reads per index, so measuring a large table takes
+# milliseconds (the periodic refresh runs on the event loop).
 ANALYSIS_LIMIT = 1000
 SYNCHRONOUS_MODES = ("full", "normal", "extra")
+# Below this many rows cairnq_tasks keeps seeded planner statistics (see
+# refresh_statistics); SEEDED_ROWS is the row count they claim, and marks them.
+STATISTICS_MIN_ROWS = 10_000
+SEEDED_ROWS = 1_000_000
 
 
 def is_memory_path(path: str) -> bool:
@@ -65,11 +69,11 @@ def open_connection(
         done = run_migrations(conn, statements, migrations)
         if applied is not None:
             applied.extend(done)
+        conn.execute(f"pragma analysis_limit = {ANALYSIS_LIMIT}")
         try:
             refresh_statistics(conn, statements)
         except sqlite3.Error:
             log.debug("planner statistics bootstrap failed", exc_info=True)
-        conn.execute(f"pragma analysis_limit = {ANALYSIS_LIMIT}")
         conn.execute("pragma busy_timeout = 0")  # from here on the engine waits, async
         rows = conn.execute(statements["protocol_version"].text).fetchall()
         check_protocol_version(int(rows[0][0]) if rows else 0)
@@ -136,13 +140,47 @@ def run_migrations(
 
 
 def refresh_statistics(conn: sqlite3.Connection, statements: Mapping[str, Statement]) -> None:
-    """ANALYZE until cairnq_tasks has statistics, then let PRAGMA optimize decide.
+    """Keep planner statistics for cairnq_tasks that lead to large-table plans.
 
-    Several plans (json_each id lists, the claim variants) are only chosen
-    reliably with sqlite_stat1 present. ANALYZE of an empty table records
-    nothing, so the bootstrap repeats until the table has rows.
+    Statistics ANALYZE records while the table is small ("one row per
+    anything") make the planner scan where it should seek, and PRAGMA optimize
+    only measures again once the table has grown 25-fold: a multi-name claim
+    walked the whole table for each candidate (~300 ms at 20,000 rows) until
+    then. So while the table holds fewer than STATISTICS_MIN_ROWS rows it gets
+    seeded statistics of a large one (``seed_statistics.sql``); once it holds
+    more, it is measured (ANALYZE), and from then on PRAGMA optimize decides.
+    A rewrite is marked with a schema change so every connection to the file
+    replans, not only this one. Other processes (other SDKs included) may
+    ANALYZE the small table meanwhile: the next refresh seeds again.
     """
-    present = conn.execute(statements["statistics_present"].text).fetchone()[0]
-    if present:
-        present = conn.execute(statements["statistics_rows"].text).fetchone()[0]
-    conn.execute(statements["optimize" if present else "analyze"].text)
+    recorded = None
+    if conn.execute(statements["statistics_present"].text).fetchone()[0]:
+        recorded = conn.execute(statements["statistics_rows"].text).fetchone()[0]
+    if recorded is not None and recorded >= STATISTICS_MIN_ROWS and recorded != SEEDED_ROWS:
+        conn.execute(statements["optimize"].text)  # measured on a large table: SQLite's call
+        return
+    counted = _tasks_up_to(conn, statements)
+    if counted < STATISTICS_MIN_ROWS and recorded == SEEDED_ROWS:
+        return  # seeded, and still small
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Again under the write lock: processes opening together rewrite once.
+        counted = _tasks_up_to(conn, statements)
+        # ANALYZE also creates sqlite_stat1 when the file has none yet.
+        conn.execute(statements["analyze"].text)
+        if counted < STATISTICS_MIN_ROWS:
+            conn.execute(statements["forget_statistics"].text)
+            conn.execute(statements["seed_statistics"].text)
+        conn.execute(statements["statistics_changed_mark"].text)
+        conn.execute(statements["statistics_changed_unmark"].text)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute(statements["reload_statistics"].text)
+
+
+def _tasks_up_to(conn: sqlite3.Connection, statements: Mapping[str, Statement]) -> int:
+    rows = conn.execute(statements["tasks_up_to"].text, {"limit": STATISTICS_MIN_ROWS}).fetchone()
+    return int(rows[0])

@@ -18,7 +18,7 @@ from cairnq.store.base import TaskStore
 from cairnq.store.driver import STATEMENTS, Fetch, observed
 from cairnq.store.own import is_own, register_own
 from cairnq.store.sqlite.echo import row_echo
-from cairnq.store.sqlite.engine import SqliteEngine
+from cairnq.store.sqlite.engine import SqliteEngine, is_busy
 from cairnq.store.sqlite.file_watch import FileWatch, watch_database
 from cairnq.store.sqlite.opening import (
     SYNCHRONOUS_MODES,
@@ -33,6 +33,7 @@ log = logging.getLogger("cairnq.store")
 __all__ = ["SQLiteStore"]
 
 STATISTICS_INTERVAL_S = 60.0
+STATISTICS_BUSY_RETRY_S = 1.0
 # Polling the change counter where no file watch tells of writes (see
 # file_watch: Windows, URI and memory databases, CAIRNQ_SQLITE_FILE_WATCH=0):
 # a fresh wait checks after 1 ms, backing off to every 2 ms; each check reads
@@ -463,8 +464,12 @@ class SQLiteStore(TaskStore):
         try:
             async with engine.exclusive() as conn:
                 refresh_statistics(conn, self._statements)
-        except Exception:  # best effort: busy, read-only file, ...
+        except Exception as exc:  # best effort: busy, read-only file, ...
             log.debug("planner statistics refresh skipped", exc_info=True)
+            if is_busy(exc):
+                # Another process held the write lock at that instant (this
+                # connection does not wait for it): try again soon, not in a minute.
+                self._statistics_due = time.monotonic() + STATISTICS_BUSY_RETRY_S
 
 
 register_own(SQLiteStore)

@@ -1,4 +1,4 @@
--- Has ANALYZE ever recorded statistics for cairnq_tasks?
+-- Does the file have a sqlite_stat1 table (made by any ANALYZE) at all?
 select exists (
     select 1 from sqlite_master where type = 'table' and name = 'sqlite_stat1'
 ) as present

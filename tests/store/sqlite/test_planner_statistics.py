@@ -1,0 +1,181 @@
+"""Planner statistics upkeep (``opening.refresh_statistics``).
+
+While cairnq_tasks is small the store records statistics of a large table
+(``protocol/sql/sqlite/seed_statistics.sql``); once it outgrows them it is
+measured. Statistics ANALYZE takes of a tiny table ("one row per anything")
+made multi-name claims walk the whole table per candidate; these tests hold
+that such statistics never stay, whoever wrote them, and that every open
+connection to the file replans when they are replaced. The plans themselves
+are pinned in ``tests/store/test_query_plans.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from typing import Any
+
+import pytest
+
+from cairnq._sql import load_statements
+from cairnq.store.sqlite import store as sqlite_store_module
+from cairnq.store.sqlite.opening import SEEDED_ROWS, STATISTICS_MIN_ROWS
+
+STATEMENTS = load_statements("sqlite")
+
+
+def recorded_rows(path: str) -> Any:
+    with sqlite3.connect(path) as conn:
+        return conn.execute(STATEMENTS["statistics_rows"].text).fetchone()[0]
+
+
+def claim_plan(conn: sqlite3.Connection) -> str:
+    """The multi-name claim's plan as ``conn`` would run it now. The text is
+    new each time: sqlite3's statement cache would otherwise hand back a plan
+    prepared before the statistics changed (a real statement replans itself;
+    EXPLAIN does not)."""
+    claim_plan.calls = getattr(claim_plan, "calls", 0) + 1  # type: ignore[attr-defined]
+    sql = "explain query plan " + STATEMENTS["claim_one_queue"].text + f" -- {claim_plan.calls}"  # type: ignore[attr-defined]
+    params = {
+        "worker_id": "w", "queue": "default", "limit": 64, "lease_until_ms": 2, "now_ms": 1,
+        "names": json.dumps(["busy", "idle"]),
+    }  # fmt: skip
+    return " | ".join(row[3] for row in conn.execute(sql, params))
+
+
+def walks_the_table(plan: str) -> bool:
+    return "SCAN t " in plan or plan.endswith("SCAN t")
+
+
+def analyze_tiny(path: str) -> None:
+    """What any process's ANALYZE of a one-row table records."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("analyze cairnq_tasks")
+        stat = conn.execute(
+            "select stat from sqlite_stat1 where idx = 'cairnq_tasks_claim_name_idx'"
+        ).fetchone()[0]
+    assert stat.startswith("1 "), stat
+
+
+async def wait_until(condition: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+async def test_an_empty_table_gets_seeded_statistics_for_every_index(sqlite_backend) -> None:
+    q = sqlite_backend.client()
+    await q.connect()
+    await q.close()
+    with sqlite3.connect(sqlite_backend.target) as conn:
+        indexes = {
+            r[0] for r in conn.execute(
+                "select name from sqlite_master where type = 'index' and tbl_name = 'cairnq_tasks'"
+            )
+        }  # fmt: skip
+        seeded = {r[0]: r[1] for r in conn.execute("select idx, stat from sqlite_stat1 where tbl = 'cairnq_tasks'")}
+        views = [r[0] for r in conn.execute("select name from sqlite_master where type = 'view'")]
+    # A new index without a seeded row would be planned from SQLite's guesses.
+    assert set(seeded) == indexes
+    assert int(seeded["sqlite_autoindex_cairnq_tasks_1"].split()[0]) == SEEDED_ROWS
+    assert views == []  # the mark that makes others replan lives inside its transaction
+
+
+async def test_tiny_statistics_from_another_process_are_replaced_at_open(sqlite_backend) -> None:
+    q = sqlite_backend.client()
+    await q.submit("busy")
+    await q.close()
+    analyze_tiny(sqlite_backend.target)
+    with sqlite3.connect(sqlite_backend.target) as conn:
+        assert walks_the_table(claim_plan(conn))  # what they do to the claim
+    await q.connect()
+    await q.close()
+    assert recorded_rows(sqlite_backend.target) == SEEDED_ROWS
+    with sqlite3.connect(sqlite_backend.target) as conn:
+        assert not walks_the_table(claim_plan(conn))
+
+
+async def test_a_connection_already_open_replans_when_the_statistics_are_replaced(sqlite_backend) -> None:
+    q = sqlite_backend.client()
+    await q.submit("busy")
+    await q.close()
+    analyze_tiny(sqlite_backend.target)
+    other = sqlite3.connect(sqlite_backend.target, isolation_level=None)  # another process, say
+    try:
+        other.execute("select count(*) from cairnq_tasks").fetchall()  # its schema and statistics loaded
+        assert walks_the_table(claim_plan(other))
+        await q.connect()  # seeds, and marks the change
+        await q.close()
+        other.execute("select count(*) from cairnq_tasks").fetchall()  # its next statement
+        assert not walks_the_table(claim_plan(other))
+    finally:
+        other.close()
+
+
+async def test_the_upkeep_seeds_again_after_another_process_analyzes(sqlite_backend, monkeypatch) -> None:
+    monkeypatch.setattr(sqlite_store_module, "STATISTICS_INTERVAL_S", 0.0)  # every operation checks
+    q = sqlite_backend.client()
+    await q.submit("busy")
+    assert recorded_rows(sqlite_backend.target) == SEEDED_ROWS
+    analyze_tiny(sqlite_backend.target)
+    try:
+
+        async def reseeded() -> None:
+            while recorded_rows(sqlite_backend.target) != SEEDED_ROWS:
+                await q.get("task_none")
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(reseeded(), 10)
+    finally:
+        await q.close()
+
+
+async def test_a_table_that_outgrows_the_seed_is_measured(sqlite_backend, monkeypatch) -> None:
+    monkeypatch.setattr(sqlite_store_module, "STATISTICS_INTERVAL_S", 0.0)
+    q = sqlite_backend.client()
+    await q.submit("busy")
+    assert recorded_rows(sqlite_backend.target) == SEEDED_ROWS
+    with sqlite3.connect(sqlite_backend.target) as conn:  # a bulk load past the store
+        conn.executemany(
+            "insert into cairnq_tasks (id, name, queue, status, payload, metadata, run_at_ms, root_id,"
+            " created_at_ms, updated_at_ms) values (?, 'busy', 'default', 'queued', '{}', '{}', 1, ?, 1, 1)",
+            ((f"task_bulk_{i:08d}", f"task_bulk_{i:08d}") for i in range(STATISTICS_MIN_ROWS)),
+        )
+    try:
+
+        async def measured() -> None:
+            while recorded_rows(sqlite_backend.target) == SEEDED_ROWS:
+                await q.get("task_none")
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(measured(), 10)
+    finally:
+        await q.close()
+    rows = recorded_rows(sqlite_backend.target)
+    # Measured (with analysis_limit the count is an estimate), not seeded.
+    assert STATISTICS_MIN_ROWS / 2 <= rows <= STATISTICS_MIN_ROWS * 2
+    await q.connect()  # measured and large: left to PRAGMA optimize from here
+    await q.close()
+    assert recorded_rows(sqlite_backend.target) == rows
+
+
+async def test_a_read_only_file_opens_without_statistics(sqlite_backend, tmp_path) -> None:
+    """Seeding is best effort: a file this process cannot write still opens."""
+    q = sqlite_backend.client()
+    await q.submit("busy")
+    await q.close()
+    with sqlite3.connect(sqlite_backend.target) as conn:
+        conn.execute("delete from sqlite_stat1")
+    uri = f"file:{sqlite_backend.target}?mode=ro"
+    from cairnq import CairnQ
+
+    ro = CairnQ.sqlite(uri)
+    try:
+        assert await ro.get("task_none") is None
+    except Exception as exc:  # pragma: no cover - shows what went wrong
+        pytest.fail(f"a read-only open failed: {exc!r}")
+    finally:
+        await ro.close()
