@@ -179,3 +179,38 @@ async def test_a_read_only_file_opens_without_statistics(sqlite_backend, tmp_pat
         pytest.fail(f"a read-only open failed: {exc!r}")
     finally:
         await ro.close()
+
+
+async def test_seeded_statistics_plan_every_statement_as_a_measured_large_table(tmp_path) -> None:
+    """The seed stands in for measuring a large table: every protocol
+    statement must get the plan an ANALYZE of realistic rows gives it (a
+    changed index or a new statement that plans differently shows here)."""
+    from cairnq import CairnQ
+    from bulk_tasks import fill_sqlite
+
+    seeded, measured = str(tmp_path / "seeded.db"), str(tmp_path / "measured.db")
+    for path in (seeded, measured):
+        async with CairnQ.sqlite(path) as q:
+            await q.submit("x")
+    fill_sqlite(measured, 2 * STATISTICS_MIN_ROWS, 1_700_000_000_000)  # and ANALYZE
+    async with CairnQ.sqlite(measured) as q:  # large: left as measured
+        await q.get("task_none")
+    assert recorded_rows(seeded) == SEEDED_ROWS
+    assert recorded_rows(measured) != SEEDED_ROWS
+
+    class AnyParams(dict):  # plans do not depend on these values
+        def __missing__(self, key: str) -> None:
+            return None
+
+    differ = []
+    with sqlite3.connect(seeded) as a, sqlite3.connect(measured) as b:
+        for name, statement in sorted(STATEMENTS.items()):
+            if not statement.text.lstrip().lower().startswith(("select", "update", "delete", "insert", "with")):
+                continue
+            plans = [
+                " | ".join(row[3] for row in conn.execute("explain query plan " + statement.text, AnyParams()))
+                for conn in (a, b)
+            ]
+            if plans[0] != plans[1]:
+                differ.append(f"{name}:\n  seeded:   {plans[0]}\n  measured: {plans[1]}")
+    assert not differ, "\n".join(differ)
