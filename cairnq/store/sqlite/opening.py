@@ -28,7 +28,7 @@ WAL_RETRY_BUDGET_S = 5.0
 ANALYSIS_LIMIT = 1000
 SYNCHRONOUS_MODES = ("full", "normal", "extra")
 # Below this many rows cairnq_tasks keeps seeded planner statistics (see
-# refresh_statistics); SEEDED_ROWS is the row count they claim, and marks them.
+# refresh_statistics); SEEDED_ROWS is the row count they describe.
 STATISTICS_MIN_ROWS = 10_000
 SEEDED_ROWS = 1_000_000
 
@@ -153,32 +153,52 @@ def refresh_statistics(conn: sqlite3.Connection, statements: Mapping[str, Statem
     replans, not only this one. Other processes (other SDKs included) may
     ANALYZE the small table meanwhile: the next refresh seeds again.
     """
-    recorded = None
-    if conn.execute(statements["statistics_present"].text).fetchone()[0]:
-        recorded = conn.execute(statements["statistics_rows"].text).fetchone()[0]
-    if recorded is not None and recorded >= STATISTICS_MIN_ROWS and recorded != SEEDED_ROWS:
-        conn.execute(statements["optimize"].text)  # measured on a large table: SQLite's call
+    state = _statistics_state(conn, statements)
+    if state == "measured":
+        conn.execute(statements["optimize"].text)  # a large table's own: SQLite decides
         return
-    counted = _tasks_up_to(conn, statements)
-    if counted < STATISTICS_MIN_ROWS and recorded == SEEDED_ROWS:
-        return  # seeded, and still small
+    if state == "seeded":
+        return
     conn.execute("BEGIN IMMEDIATE")
     try:
         # Again under the write lock: processes opening together rewrite once.
-        counted = _tasks_up_to(conn, statements)
+        if _statistics_state(conn, statements) != "stale":
+            conn.execute("COMMIT")
+            return
+        small = _tasks_up_to(conn, statements) < STATISTICS_MIN_ROWS
         # ANALYZE also creates sqlite_stat1 when the file has none yet.
         conn.execute(statements["analyze"].text)
-        if counted < STATISTICS_MIN_ROWS:
+        if small:
             conn.execute(statements["forget_statistics"].text)
             conn.execute(statements["seed_statistics"].text)
+        # A view of that name left by anyone else would refuse the mark.
+        conn.execute(statements["statistics_changed_unmark"].text)
         conn.execute(statements["statistics_changed_mark"].text)
         conn.execute(statements["statistics_changed_unmark"].text)
+        # Loaded before the COMMIT: after it, a busy lock could strand this
+        # connection on what the ANALYZE above measured of the small table.
+        conn.execute(statements["reload_statistics"].text)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    conn.execute(statements["reload_statistics"].text)
+
+
+def _statistics_state(conn: sqlite3.Connection, statements: Mapping[str, Statement]) -> str:
+    """"seeded" (and the table still small), "measured" (on a large table),
+    or "stale": none, measured while small, partly either, or seeded on a
+    table that has outgrown them."""
+    if not conn.execute(statements["statistics_present"].text).fetchone()[0]:
+        return "stale"
+    rows, indexes, seeded = conn.execute(statements["statistics_rows"].text).fetchone()
+    if rows is None:
+        return "stale"
+    if seeded == indexes:
+        return "seeded" if _tasks_up_to(conn, statements) < STATISTICS_MIN_ROWS else "stale"
+    if seeded:
+        return "stale"  # partly measured since (an index analyzed on its own)
+    return "measured" if rows >= STATISTICS_MIN_ROWS else "stale"
 
 
 def _tasks_up_to(conn: sqlite3.Connection, statements: Mapping[str, Statement]) -> int:

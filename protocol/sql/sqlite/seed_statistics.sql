@@ -7,15 +7,16 @@
 -- (pinned by tests/store/test_query_plans.py) from its first run. Shape: a
 -- million rows, ten queues, five statuses, a hundred names, a thousand leases
 -- held; the sqlite_stat1 format is "rows avg-rows-per-prefix...".
--- The first number, 1000000, also marks them as seeded (see statistics_rows).
+-- The trailing word marks them as seeded (see statistics_rows); the planner
+-- skips words it does not know.
 insert into sqlite_stat1 (tbl, idx, stat) values
-    ('cairnq_tasks', 'sqlite_autoindex_cairnq_tasks_1', '1000000 1'),
-    ('cairnq_tasks', 'cairnq_tasks_claim_idx', '1000000 100000 20000 10000 2 1'),
-    ('cairnq_tasks', 'cairnq_tasks_claim_name_idx', '1000000 100000 20000 2000 1000 2 1'),
-    ('cairnq_tasks', 'cairnq_tasks_name_idx', '1000000 10000'),
-    ('cairnq_tasks', 'cairnq_tasks_root_idx', '1000000 2'),
-    ('cairnq_tasks', 'cairnq_tasks_correlation_idx', '1000000 2'),
-    ('cairnq_tasks', 'cairnq_tasks_completed_idx', '1000000 2'),
-    ('cairnq_tasks', 'cairnq_tasks_lease_idx', '1000 1'),
-    ('cairnq_tasks', 'cairnq_tasks_status_completed_idx', '1000000 200000 2'),
-    ('cairnq_tasks', 'cairnq_tasks_queue_completed_idx', '900000 90000 2')
+    ('cairnq_tasks', 'sqlite_autoindex_cairnq_tasks_1', '1000000 1 cairnq_seeded'),
+    ('cairnq_tasks', 'cairnq_tasks_claim_idx', '1000000 100000 20000 10000 2 1 cairnq_seeded'),
+    ('cairnq_tasks', 'cairnq_tasks_claim_name_idx', '1000000 100000 20000 2000 1000 2 1 cairnq_seeded'),
+    ('cairnq_tasks', 'cairnq_tasks_name_idx', '1000000 10000 cairnq_seeded'),
+    ('cairnq_tasks', 'cairnq_tasks_root_idx', '1000000 2 cairnq_seeded'),
+    ('cairnq_tasks', 'cairnq_tasks_correlation_idx', '1000000 2 cairnq_seeded'),
+    ('cairnq_tasks', 'cairnq_tasks_completed_idx', '1000000 2 cairnq_seeded'),
+    ('cairnq_tasks', 'cairnq_tasks_lease_idx', '1000 1 cairnq_seeded'),
+    ('cairnq_tasks', 'cairnq_tasks_status_completed_idx', '1000000 200000 2 cairnq_seeded'),
+    ('cairnq_tasks', 'cairnq_tasks_queue_completed_idx', '900000 90000 2 cairnq_seeded')

@@ -27,8 +27,20 @@ STATEMENTS = load_statements("sqlite")
 
 
 def recorded_rows(path: str) -> Any:
+    """The row count the recorded statistics describe (SEEDED_ROWS: seeded)."""
+    return recorded(path)[0]
+
+
+def recorded(path: str) -> tuple[Any, bool]:
+    """(rows described, whether every index's statistics are the seeded ones)."""
     with sqlite3.connect(path) as conn:
-        return conn.execute(STATEMENTS["statistics_rows"].text).fetchone()[0]
+        rows, indexes, seeded = conn.execute(STATEMENTS["statistics_rows"].text).fetchone()
+    return rows, bool(indexes) and seeded == indexes
+
+
+def schema_version(path: str) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("pragma schema_version").fetchone()[0])
 
 
 def claim_plan(conn: sqlite3.Connection) -> str:
@@ -59,13 +71,6 @@ def analyze_tiny(path: str) -> None:
     assert stat.startswith("1 "), stat
 
 
-async def wait_until(condition: Any, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
-
-
 async def test_an_empty_table_gets_seeded_statistics_for_every_index(sqlite_backend) -> None:
     q = sqlite_backend.client()
     await q.connect()
@@ -81,6 +86,7 @@ async def test_an_empty_table_gets_seeded_statistics_for_every_index(sqlite_back
     # A new index without a seeded row would be planned from SQLite's guesses.
     assert set(seeded) == indexes
     assert int(seeded["sqlite_autoindex_cairnq_tasks_1"].split()[0]) == SEEDED_ROWS
+    assert recorded(sqlite_backend.target) == (SEEDED_ROWS, True)
     assert views == []  # the mark that makes others replan lives inside its transaction
 
 
@@ -157,6 +163,7 @@ async def test_a_table_that_outgrows_the_seed_is_measured(sqlite_backend, monkey
     rows = recorded_rows(sqlite_backend.target)
     # Measured (with analysis_limit the count is an estimate), not seeded.
     assert STATISTICS_MIN_ROWS / 2 <= rows <= STATISTICS_MIN_ROWS * 2
+    assert recorded(sqlite_backend.target)[1] is False
     await q.connect()  # measured and large: left to PRAGMA optimize from here
     await q.close()
     assert recorded_rows(sqlite_backend.target) == rows
@@ -214,3 +221,73 @@ async def test_seeded_statistics_plan_every_statement_as_a_measured_large_table(
             if plans[0] != plans[1]:
                 differ.append(f"{name}:\n  seeded:   {plans[0]}\n  measured: {plans[1]}")
     assert not differ, "\n".join(differ)
+
+
+async def test_a_second_open_leaves_seeded_statistics_alone(sqlite_backend) -> None:
+    """No rewrite (and no replanning for every connection) when nothing changed."""
+    q = sqlite_backend.client()
+    await q.submit("busy")
+    await q.close()
+    version = schema_version(sqlite_backend.target)
+    other = sqlite_backend.client()  # another process opening the same file
+    await other.connect()
+    await other.close()
+    await q.connect()
+    await q.close()
+    assert schema_version(sqlite_backend.target) == version
+    assert recorded(sqlite_backend.target) == (SEEDED_ROWS, True)
+
+
+async def test_one_index_analyzed_by_another_process_is_seeded_again(sqlite_backend) -> None:
+    q = sqlite_backend.client()
+    await q.submit("busy")
+    await q.close()
+    with sqlite3.connect(sqlite_backend.target) as conn:
+        conn.execute("analyze cairnq_tasks_claim_name_idx")  # one index, at one row
+    assert recorded(sqlite_backend.target) == (SEEDED_ROWS, False)
+    await q.connect()
+    await q.close()
+    assert recorded(sqlite_backend.target) == (SEEDED_ROWS, True)
+
+
+async def test_a_leftover_view_of_the_marks_name_does_not_stop_seeding(sqlite_backend) -> None:
+    q = sqlite_backend.client()
+    await q.submit("busy")
+    await q.close()
+    analyze_tiny(sqlite_backend.target)
+    with sqlite3.connect(sqlite_backend.target) as conn:
+        conn.execute("create view cairnq_statistics_changed as select 2 as left_behind")
+    await q.connect()
+    await q.close()
+    assert recorded(sqlite_backend.target) == (SEEDED_ROWS, True)
+
+
+async def test_a_refresh_that_meets_another_writer_retries_and_the_store_replans(sqlite_backend, monkeypatch) -> None:
+    """The periodic refresh does not wait for the write lock (it runs on the
+    event loop): held by another process, it is tried again a second later,
+    and then the store's own connection plans with the seeded statistics."""
+    q = sqlite_backend.client()
+    await q.submit("busy")
+    analyze_tiny(sqlite_backend.target)
+    writer = sqlite3.connect(sqlite_backend.target, isolation_level=None)
+    try:
+        writer.execute("begin immediate")  # another process, mid-transaction
+        monkeypatch.setattr(sqlite_store_module, "STATISTICS_BUSY_RETRY_S", 0.2)
+        store = q.store
+        store._statistics_due = 0.0  # due now; the next one a minute later, or on retry
+        await q.get("task_none")  # schedules the refresh, which meets the lock
+        await asyncio.sleep(0.1)
+        assert recorded(sqlite_backend.target) == (1, False)  # still the tiny ones
+        writer.execute("rollback")
+
+        async def reseeded() -> None:
+            while recorded(sqlite_backend.target) != (SEEDED_ROWS, True):
+                await q.get("task_none")
+                await asyncio.sleep(0.02)
+
+        await asyncio.wait_for(reseeded(), 10)
+        async with store._engine.exclusive() as conn:  # the store's own connection
+            assert not walks_the_table(claim_plan(conn))
+    finally:
+        writer.close()
+        await q.close()
