@@ -70,9 +70,10 @@ def rows(count: int, now_ms: int, *, days: int = 30, seed: int = 7) -> Iterator[
         )
 
 
-def fill_sqlite(path: str, count: int, now_ms: int) -> None:
+def fill_sqlite(path: str, count: int, now_ms: int, *, analyze: bool = True) -> None:
     """Append ``count`` rows to the migrated SQLite file at ``path``, then
-    refresh the planner statistics."""
+    refresh the planner statistics (``analyze=False``: leave them, as a bulk
+    load past the store would, for the store's own upkeep to find)."""
     conn = sqlite3.connect(path)
     try:
         marks = ", ".join("?" for _ in COLUMNS)
@@ -81,7 +82,8 @@ def fill_sqlite(path: str, count: int, now_ms: int) -> None:
                 f"insert into cairnq_tasks ({', '.join(COLUMNS)}) values ({marks})",
                 rows(count, now_ms),
             )
-        conn.execute("analyze")
+        if analyze:
+            conn.execute("analyze")
     finally:
         conn.close()
 

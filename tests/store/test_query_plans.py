@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import bulk_tasks
 from cairnq import CairnQ
 from cairnq._sql import load_statements
 from cairnq.store.postgres.params import text_literal
@@ -111,18 +112,6 @@ async def _fill(q: CairnQ) -> None:
 _SQLITE_TABLE_SCAN = re.compile(r"\bSCAN (?!CONSTANT ROW)(\w+)\b(?! VIRTUAL TABLE)")
 
 
-def _bulk_sqlite(path: str, count: int) -> None:
-    """``count`` more finished rows, written past the store (as a bulk load
-    would), so the table outgrows the seeded statistics."""
-    with sqlite3.connect(path) as conn:
-        conn.executemany(
-            "insert into cairnq_tasks (id, name, queue, status, payload, metadata, run_at_ms, root_id,"
-            " created_at_ms, updated_at_ms, completed_at_ms) values (?, 'busy', 'default', 'succeeded',"
-            " '{}', '{}', 1, ?, 1, 1, 1)",
-            ((f"task_bulk_{i:08d}", f"task_bulk_{i:08d}") for i in range(count)),
-        )
-
-
 @pytest.mark.parametrize("statistics", ["seeded", "measured", "stale-tiny"])
 async def test_sqlite_plans(sqlite_backend, statistics: str) -> None:
     """seeded: the table is small, so the store records statistics of a large
@@ -138,7 +127,8 @@ async def test_sqlite_plans(sqlite_backend, statistics: str) -> None:
     await _fill(q)
     await q.close()
     if statistics == "measured":
-        _bulk_sqlite(sqlite_backend.target, STATISTICS_MIN_ROWS)
+        # Past the store, so that its next open finds the table outgrown.
+        bulk_tasks.fill_sqlite(sqlite_backend.target, STATISTICS_MIN_ROWS, int(time.time() * 1000), analyze=False)
     await q.connect()  # reopening refreshes the planner statistics
     await q.close()
     statements = load_statements("sqlite")

@@ -15,10 +15,11 @@ import asyncio
 import json
 import sqlite3
 import time
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
+from bulk_tasks import fill_sqlite
 from cairnq._sql import load_statements
 from cairnq.store.sqlite import store as sqlite_store_module
 from cairnq.store.sqlite.opening import SEEDED_ROWS, STATISTICS_MIN_ROWS
@@ -71,6 +72,29 @@ def analyze_tiny(path: str) -> None:
     assert stat.startswith("1 "), stat
 
 
+async def young_file(backend: Any, *, tiny_statistics: bool = False) -> Any:
+    """A file with one task, its client closed; with ``tiny_statistics``, as
+    another process's ANALYZE of that one row left it."""
+    q = backend.client()
+    await q.submit("busy")
+    await q.close()
+    if tiny_statistics:
+        analyze_tiny(backend.target)
+    return q
+
+
+async def keep_using(q: Any, until: Callable[[], bool]) -> None:
+    """Run reads through ``q`` (each may start the periodic upkeep) until
+    ``until()``, within 10 s."""
+
+    async def reads() -> None:
+        while not until():
+            await q.get("task_none")
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(reads(), 10)
+
+
 async def test_an_empty_table_gets_seeded_statistics_for_every_index(sqlite_backend) -> None:
     q = sqlite_backend.client()
     await q.connect()
@@ -91,10 +115,7 @@ async def test_an_empty_table_gets_seeded_statistics_for_every_index(sqlite_back
 
 
 async def test_tiny_statistics_from_another_process_are_replaced_at_open(sqlite_backend) -> None:
-    q = sqlite_backend.client()
-    await q.submit("busy")
-    await q.close()
-    analyze_tiny(sqlite_backend.target)
+    q = await young_file(sqlite_backend, tiny_statistics=True)
     with sqlite3.connect(sqlite_backend.target) as conn:
         assert walks_the_table(claim_plan(conn))  # what they do to the claim
     await q.connect()
@@ -105,10 +126,7 @@ async def test_tiny_statistics_from_another_process_are_replaced_at_open(sqlite_
 
 
 async def test_a_connection_already_open_replans_when_the_statistics_are_replaced(sqlite_backend) -> None:
-    q = sqlite_backend.client()
-    await q.submit("busy")
-    await q.close()
-    analyze_tiny(sqlite_backend.target)
+    q = await young_file(sqlite_backend, tiny_statistics=True)
     other = sqlite3.connect(sqlite_backend.target, isolation_level=None)  # another process, say
     try:
         other.execute("select count(*) from cairnq_tasks").fetchall()  # its schema and statistics loaded
@@ -128,13 +146,7 @@ async def test_the_upkeep_seeds_again_after_another_process_analyzes(sqlite_back
     assert recorded_rows(sqlite_backend.target) == SEEDED_ROWS
     analyze_tiny(sqlite_backend.target)
     try:
-
-        async def reseeded() -> None:
-            while recorded_rows(sqlite_backend.target) != SEEDED_ROWS:
-                await q.get("task_none")
-                await asyncio.sleep(0.01)
-
-        await asyncio.wait_for(reseeded(), 10)
+        await keep_using(q, lambda: recorded_rows(sqlite_backend.target) == SEEDED_ROWS)
     finally:
         await q.close()
 
@@ -144,20 +156,10 @@ async def test_a_table_that_outgrows_the_seed_is_measured(sqlite_backend, monkey
     q = sqlite_backend.client()
     await q.submit("busy")
     assert recorded_rows(sqlite_backend.target) == SEEDED_ROWS
-    with sqlite3.connect(sqlite_backend.target) as conn:  # a bulk load past the store
-        conn.executemany(
-            "insert into cairnq_tasks (id, name, queue, status, payload, metadata, run_at_ms, root_id,"
-            " created_at_ms, updated_at_ms) values (?, 'busy', 'default', 'queued', '{}', '{}', 1, ?, 1, 1)",
-            ((f"task_bulk_{i:08d}", f"task_bulk_{i:08d}") for i in range(STATISTICS_MIN_ROWS)),
-        )
+    # A bulk load past the store.
+    fill_sqlite(sqlite_backend.target, STATISTICS_MIN_ROWS, int(time.time() * 1000), analyze=False)
     try:
-
-        async def measured() -> None:
-            while recorded_rows(sqlite_backend.target) == SEEDED_ROWS:
-                await q.get("task_none")
-                await asyncio.sleep(0.01)
-
-        await asyncio.wait_for(measured(), 10)
+        await keep_using(q, lambda: recorded_rows(sqlite_backend.target) != SEEDED_ROWS)
     finally:
         await q.close()
     rows = recorded_rows(sqlite_backend.target)
@@ -193,7 +195,6 @@ async def test_seeded_statistics_plan_every_statement_as_a_measured_large_table(
     statement must get the plan an ANALYZE of realistic rows gives it (a
     changed index or a new statement that plans differently shows here)."""
     from cairnq import CairnQ
-    from bulk_tasks import fill_sqlite
 
     seeded, measured = str(tmp_path / "seeded.db"), str(tmp_path / "measured.db")
     for path in (seeded, measured):
@@ -225,9 +226,7 @@ async def test_seeded_statistics_plan_every_statement_as_a_measured_large_table(
 
 async def test_a_second_open_leaves_seeded_statistics_alone(sqlite_backend) -> None:
     """No rewrite (and no replanning for every connection) when nothing changed."""
-    q = sqlite_backend.client()
-    await q.submit("busy")
-    await q.close()
+    q = await young_file(sqlite_backend)
     version = schema_version(sqlite_backend.target)
     other = sqlite_backend.client()  # another process opening the same file
     await other.connect()
@@ -239,9 +238,7 @@ async def test_a_second_open_leaves_seeded_statistics_alone(sqlite_backend) -> N
 
 
 async def test_one_index_analyzed_by_another_process_is_seeded_again(sqlite_backend) -> None:
-    q = sqlite_backend.client()
-    await q.submit("busy")
-    await q.close()
+    q = await young_file(sqlite_backend)
     with sqlite3.connect(sqlite_backend.target) as conn:
         conn.execute("analyze cairnq_tasks_claim_name_idx")  # one index, at one row
     assert recorded(sqlite_backend.target) == (SEEDED_ROWS, False)
@@ -251,10 +248,7 @@ async def test_one_index_analyzed_by_another_process_is_seeded_again(sqlite_back
 
 
 async def test_a_leftover_view_of_the_marks_name_does_not_stop_seeding(sqlite_backend) -> None:
-    q = sqlite_backend.client()
-    await q.submit("busy")
-    await q.close()
-    analyze_tiny(sqlite_backend.target)
+    q = await young_file(sqlite_backend, tiny_statistics=True)
     with sqlite3.connect(sqlite_backend.target) as conn:
         conn.execute("create view cairnq_statistics_changed as select 2 as left_behind")
     await q.connect()
@@ -280,12 +274,7 @@ async def test_a_refresh_that_meets_another_writer_retries_and_the_store_replans
         assert recorded(sqlite_backend.target) == (1, False)  # still the tiny ones
         writer.execute("rollback")
 
-        async def reseeded() -> None:
-            while recorded(sqlite_backend.target) != (SEEDED_ROWS, True):
-                await q.get("task_none")
-                await asyncio.sleep(0.02)
-
-        await asyncio.wait_for(reseeded(), 10)
+        await keep_using(q, lambda: recorded(sqlite_backend.target) == (SEEDED_ROWS, True))
         async with store._engine.exclusive() as conn:  # the store's own connection
             assert not walks_the_table(claim_plan(conn))
     finally:
