@@ -1,0 +1,164 @@
+"""Where a SQLite ``call()``'s time goes: both processes' statements on one clock.
+
+    python bench/call_timeline.py                    # 200 warm-up calls, then 50 traced
+    python bench/call_timeline.py --calls 200 --show 3
+
+A caller in this process and a worker in a second one (the ``call_latency``
+set-up) share a database file. Every ``execute`` on either store's sqlite3
+connection is logged with its start and end on ``time.monotonic()`` (one
+clock for every process on Linux), and so is the moment the handler runs.
+For a few calls the script prints the merged timeline; for all of them, the
+median of each phase:
+
+    submit      the caller's INSERT (its commit included)
+    woken       its end -> the worker's claim UPDATE begins
+    claim       the claim UPDATE and its COMMIT
+    to handler  the claim's COMMIT ends -> the handler runs
+    to write    the handler -> the completion's UPDATE begins
+    settled     the completion's UPDATE begins -> the call returns: its COMMIT
+                (on the engine's committer thread, not logged), the caller's
+                wake-up and its final read
+
+The timing wrapper adds one Python call per statement in each process.
+Logs go to a temporary directory of their own: not the database's, whose
+every write the worker's file watch would see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from sdk_client import client  # noqa: E402
+
+Entry = tuple[float, float, str, str]  # start, end, who ("c" or "w"), what
+
+
+class LoggedConnection:
+    """A sqlite3 connection whose every ``execute`` is logged with its times."""
+
+    def __init__(self, conn: Any, log: list[Entry], who: str) -> None:
+        self._conn, self._log, self._who = conn, log, who
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return self._conn.execute(sql, *args)
+        finally:
+            self._log.append((started, time.monotonic(), self._who, " ".join(sql.split()[:3])[:32]))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+_WORKER = r"""
+import atexit, json, sys, time
+sys.path.insert(0, sys.argv[3])
+from call_timeline import LoggedConnection
+from cairnq import Worker
+
+log = []
+worker = Worker.sqlite(sys.argv[1], concurrency=4)
+
+@worker.task("echo")
+async def echo(ctx, payload):
+    now = time.monotonic()
+    log.append((now, now, "w", "HANDLER"))
+    return payload
+
+async def logged(w):
+    engine = w.store._engine  # bench only: the store's one engine
+    engine.conn = LoggedConnection(engine.conn, log, "w")
+
+worker.run_beside(logged)
+atexit.register(lambda: open(sys.argv[2], "w").write(json.dumps(log)))
+worker.serve()
+"""
+
+
+async def trace(db: str, logs: str, warm_up: int, calls: int) -> tuple[list[Entry], list[Entry]]:
+    worker_log = os.path.join(logs, "worker.json")
+    log: list[Entry] = []
+    async with client("sqlite", db) as q:
+        await q.connect()
+        here = os.path.dirname(os.path.abspath(__file__))
+        proc = subprocess.Popen([sys.executable, "-c", _WORKER, db, worker_log, here], stdin=subprocess.DEVNULL)
+        try:
+            await q.call("echo", {}, timeout_ms=60_000)
+            for i in range(warm_up):
+                await q.call("echo", {"i": i}, timeout_ms=30_000)
+            engine = q.store._engine  # bench only, as above
+            engine.conn = LoggedConnection(engine.conn, log, "c")
+            for i in range(calls):
+                started = time.monotonic()
+                await q.call("echo", {"i": i}, timeout_ms=30_000)
+                log.append((started, time.monotonic(), "c", "CALL"))
+        finally:
+            proc.send_signal(2)  # SIGINT: the worker drains and writes its log
+            proc.wait(timeout=30)
+    with open(worker_log) as f:
+        return log, [tuple(e) for e in json.load(f)]  # type: ignore[misc]
+
+
+def phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
+    """One call's phases (ms), or None when its timeline is not the usual one."""
+    mine = [e for e in during if e[3] != "CALL"]
+    try:
+        insert = next(e for e in mine if e[2] == "c" and e[3].startswith("insert"))
+        updates = [e for e in mine if e[2] == "w" and e[3].startswith("update")]
+        claim, complete = updates[0], updates[1]
+        commit = next(e for e in mine if e[2] == "w" and e[3] == "COMMIT" and e[0] >= claim[1])
+        handler = next(e for e in mine if e[3] == "HANDLER")
+    except (StopIteration, IndexError):
+        return None
+    ms = 1000
+    return {
+        "submit": (insert[1] - insert[0]) * ms,
+        "woken": (claim[0] - insert[1]) * ms,
+        "claim": (commit[1] - claim[0]) * ms,
+        "to handler": (handler[0] - commit[1]) * ms,
+        "to write": (complete[0] - handler[0]) * ms,
+        "settled": (call[1] - complete[0]) * ms,
+        "call": (call[1] - call[0]) * ms,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--warm-up", type=int, default=200)
+    parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--show", type=int, default=2, help="print the full timeline of this many calls")
+    args = parser.parse_args()
+    db = os.path.join(tempfile.mkdtemp(prefix="cairnq-timeline-db-"), "call.db")
+    logs = tempfile.mkdtemp(prefix="cairnq-timeline-logs-")
+    caller, worker = asyncio.run(trace(db, logs, args.warm_up, args.calls))
+    events = sorted(caller + worker)
+    calls = [e for e in caller if e[3] == "CALL"]
+    found = []
+    for k, call in enumerate(calls):
+        during = [e for e in events if call[0] <= e[0] <= call[1]]
+        if k < args.show:
+            print(f"-- call {k}: {(call[1] - call[0]) * 1000:.3f} ms (start, duration, who, statement)")
+            for start, end, who, what in during:
+                if what != "CALL":
+                    print(f"   {(start - call[0]) * 1000:7.3f} +{(end - start) * 1000:6.3f}  {who}  {what}")
+        got = phases(call, during)
+        if got is not None:
+            found.append(got)
+    print(f"\nmedian of {len(found)} of {len(calls)} calls (ms):")
+    for name in found[0] if found else ():
+        print(f"  {name:<11} {statistics.median(p[name] for p in found):6.3f}")
+
+
+if __name__ == "__main__":
+    main()
