@@ -5,8 +5,9 @@
 
 A caller in this process and a worker in a second one (the ``call_latency``
 set-up) share a database file. Every ``execute`` on either store's sqlite3
-connection is logged with its start and end on ``time.monotonic()`` (one
-clock for every process on Linux), and so is the moment the handler runs.
+connection is logged with its start and end (``drain_statements.TimedConnection``,
+on ``time.monotonic()``: one clock for every process on Linux), and so is
+the moment the handler runs.
 For a few calls the script prints the merged timeline; for all of them, the
 median of each phase:
 
@@ -30,41 +31,36 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from drain_statements import TimedConnection  # noqa: E402
 from sdk_client import client  # noqa: E402
 
 Entry = tuple[float, float, str, str]  # start, end, who ("c" or "w"), what
 
 
-class LoggedConnection:
-    """A sqlite3 connection whose every ``execute`` is logged with its times."""
+def logging_to(log: list[Entry], who: str) -> Callable[[str, float, float], None]:
+    """A ``TimedConnection`` recorder that appends each statement to ``log``."""
 
-    def __init__(self, conn: Any, log: list[Entry], who: str) -> None:
-        self._conn, self._log, self._who = conn, log, who
+    def record(sql: str, started: float, ended: float) -> None:
+        log.append((started, ended, who, " ".join(sql.split()[:3])[:32]))
 
-    def execute(self, sql: str, *args: Any) -> Any:
-        started = time.monotonic()
-        try:
-            return self._conn.execute(sql, *args)
-        finally:
-            self._log.append((started, time.monotonic(), self._who, " ".join(sql.split()[:3])[:32]))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
+    return record
 
 
 _WORKER = r"""
 import atexit, json, sys, time
 sys.path.insert(0, sys.argv[3])
-from call_timeline import LoggedConnection
+from call_timeline import logging_to
+from drain_statements import TimedConnection
 from cairnq import Worker
 
 log = []
@@ -78,7 +74,7 @@ async def echo(ctx, payload):
 
 async def logged(w):
     engine = w.store._engine  # bench only: the store's one engine
-    engine.conn = LoggedConnection(engine.conn, log, "w")
+    engine.conn = TimedConnection(engine.conn, logging_to(log, "w"))
 
 worker.run_beside(logged)
 atexit.register(lambda: open(sys.argv[2], "w").write(json.dumps(log)))
@@ -98,13 +94,13 @@ async def trace(db: str, logs: str, warm_up: int, calls: int) -> tuple[list[Entr
             for i in range(warm_up):
                 await q.call("echo", {"i": i}, timeout_ms=30_000)
             engine = q.store._engine  # bench only, as above
-            engine.conn = LoggedConnection(engine.conn, log, "c")
+            engine.conn = TimedConnection(engine.conn, logging_to(log, "c"))
             for i in range(calls):
                 started = time.monotonic()
                 await q.call("echo", {"i": i}, timeout_ms=30_000)
                 log.append((started, time.monotonic(), "c", "CALL"))
         finally:
-            proc.send_signal(2)  # SIGINT: the worker drains and writes its log
+            proc.send_signal(signal.SIGINT)  # the worker drains and writes its log
             proc.wait(timeout=30)
     with open(worker_log) as f:
         return log, [tuple(e) for e in json.load(f)]  # type: ignore[misc]

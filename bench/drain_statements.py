@@ -9,7 +9,7 @@ timed by kind (BEGIN, COMMIT, the claim and settlement UPDATEs, reads). What
 is left of the wall time per task is ours: the event loop, the contexts, the
 dispatch and the bookkeeping. No sampling profiler runs, so the wall time is
 close to an ordinary drain's; the wrapper adds a Python call per statement
-(a few per 64 tasks).
+(two, for the few statements per 64 tasks).
 
 ``--switch-interval`` sets ``sys.setswitchinterval`` first: how long a
 thread waiting for the GIL lets the running one go on (5 ms by default).
@@ -26,7 +26,7 @@ import os
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,24 +34,34 @@ from memory import client, counting_worker, prepare_backlog  # noqa: E402
 
 
 class TimedConnection:
-    """A sqlite3 connection whose ``execute`` is timed by statement kind."""
+    """A sqlite3 connection that tells ``record(sql, started, ended)`` of each
+    ``execute`` (``time.monotonic()``: one clock for every process on Linux,
+    so ``call_timeline.py`` lines two processes' statements up with it)."""
 
-    def __init__(self, conn: Any, times: dict[str, list[float]]) -> None:
+    def __init__(self, conn: Any, record: Callable[[str, float, float], None]) -> None:
         self._conn = conn
-        self._times = times
+        self._record = record
 
     def execute(self, sql: str, *args: Any) -> Any:
-        started = time.perf_counter()
+        started = time.monotonic()
         try:
             return self._conn.execute(sql, *args)
         finally:
-            spent = time.perf_counter() - started
-            entry = self._times[_kind(sql)]
-            entry[0] += 1
-            entry[1] += spent
+            self._record(sql, started, time.monotonic())
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
+
+
+def _by_kind(times: dict[str, list[float]]) -> Callable[[str, float, float], None]:
+    """A recorder that adds each statement's count and time to its kind's."""
+
+    def record(sql: str, started: float, ended: float) -> None:
+        entry = times[_kind(sql)]
+        entry[0] += 1
+        entry[1] += ended - started
+
+    return record
 
 
 def _kind(sql: str) -> str:
@@ -64,7 +74,7 @@ async def drain(db: str, concurrency: int, tasks: int, times: dict[str, list[flo
     async with client(db) as q:
         await q.store.connect()
         engine = q.store._engine  # bench only: the store's one engine
-        engine.conn = TimedConnection(engine.conn, times)
+        engine.conn = TimedConnection(engine.conn, _by_kind(times))
         worker, done = counting_worker(q.store, concurrency)
         started = time.perf_counter()
         run = asyncio.ensure_future(worker.run())
