@@ -103,7 +103,7 @@ async def trace(db: str, logs: str, warm_up: int, calls: int) -> tuple[list[Entr
             proc.send_signal(signal.SIGINT)  # the worker drains and writes its log
             proc.wait(timeout=30)
     with open(worker_log) as f:
-        return log, [tuple(e) for e in json.load(f)]  # type: ignore[misc]
+        return log, [tuple(e) for e in json.load(f)]
 
 
 def phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
