@@ -7,13 +7,17 @@ costs a read per tick and still leaves a caller up to a tick behind. Here the
 kernel says when the database's files were written, so the waiter looks at
 the counter only then (and rarely otherwise, as a safety net):
 
-* Linux: inotify on the database's **directory**, filtered by name (the
-  database, ``-wal``, ``-journal``). Watching the directory, not the files,
-  follows the WAL through being created, truncated, deleted and created
-  again (every connection closing, a ``wal_checkpoint(TRUNCATE)``) with no
-  re-arming. The binding is a few ctypes calls into libc
-  (``inotify_init1``, ``inotify_add_watch``); the descriptor is
-  non-blocking and read by the event loop (``loop.add_reader``), no thread.
+* Linux: inotify on the database's files (the database, ``-wal``,
+  ``-journal``) for writes, and on their **directory** for names coming and
+  going only (created, deleted, renamed). A file created later (the WAL
+  comes and goes: every connection closing, a restore) is watched when its
+  name appears; one truncated in place (``wal_checkpoint(TRUNCATE)``) keeps
+  its watch. Writes to other files in the directory (a log, another
+  database) are never reported, so they cost an idle waiter nothing. The
+  binding is a few ctypes calls into libc (``inotify_init1``,
+  ``inotify_add_watch``); adding a watch opens no descriptor of the file
+  (see the kqueue note on locks). The descriptor is non-blocking and read by
+  the event loop (``loop.add_reader``), no thread.
 * macOS and the BSDs: kqueue (``select.kqueue``) on the directory (an entry
   added or removed: the WAL came or went, look again) and on the ``-wal``
   file (``NOTE_WRITE``/``NOTE_EXTEND``). Never on the main database file:
@@ -246,11 +250,15 @@ _IN_Q_OVERFLOW = 0x00004000
 _IN_IGNORED = 0x00008000
 _IN_ONLYDIR = 0x01000000
 _IN_EXCL_UNLINK = 0x04000000
-# Writes (and truncations) of the files, and the names coming and going.
+# On the directory, names coming and going (no writes: those of every other
+# file there would be reported too); on each of the database's files, its
+# writes and truncations.
 _DIR_MASK = (
-    _IN_MODIFY | _IN_CREATE | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO
+    _IN_CREATE | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO
     | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_ONLYDIR | _IN_EXCL_UNLINK
 )  # fmt: skip
+_FILE_MASK = _IN_MODIFY
+_NAME_CAME = _IN_CREATE | _IN_MOVED_TO
 _DIR_GONE = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of name
 _READ_SIZE = 64 * 1024
@@ -275,11 +283,36 @@ def _inotify_watch(directory: str, names: set[bytes]) -> FileWatch:
     if fd < 0:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code))
+    folder = os.fsencode(directory)
+    files: dict[int, bytes] = {}  # watch descriptor -> the file's name
+
+    def add(path: bytes, mask: int) -> int | None:
+        """The new watch's descriptor; None when there is no such file (it
+        went, or never came: its name's arrival will be reported)."""
+        wd = add_watch(fd, path, mask)
+        if wd >= 0:
+            return int(wd)
+        code = ctypes.get_errno()
+        if code == errno.ENOENT and mask == _FILE_MASK:
+            return None
+        # Out of watches (ENOSPC), say: writes could go unreported, so the
+        # watch must not stand (the waiters poll instead).
+        raise OSError(code, f"inotify_add_watch {os.fsdecode(path)!r}: {os.strerror(code)}")
+
+    def arm(name: bytes) -> None:
+        """Watch the file named ``name`` now there, if it still is. (A file
+        replaced under its name gets a watch of its own; the old one's ends
+        when the old file is gone.)"""
+        wd = add(os.path.join(folder, name), _FILE_MASK)
+        if wd is not None:
+            files[wd] = name
+
     try:
-        wd = add_watch(fd, os.fsencode(directory), _DIR_MASK)
-        if wd < 0:
-            code = ctypes.get_errno()
-            raise OSError(code, f"inotify_add_watch {directory!r}: {os.strerror(code)}")
+        # The directory first: a file created after this is reported, and
+        # armed then; one created before it is armed here.
+        dir_wd = add(folder, _DIR_MASK)
+        for name in names:
+            arm(name)
     except BaseException:
         os.close(fd)
         raise
@@ -296,18 +329,31 @@ def _inotify_watch(directory: str, names: set[bytes]) -> FileWatch:
                 return relevant
             offset = 0
             while offset + _EVENT.size <= len(data):
-                _, mask, _, length = _EVENT.unpack_from(data, offset)
+                wd, mask, _, length = _EVENT.unpack_from(data, offset)
                 start = offset + _EVENT.size
                 offset = start + length
                 if mask & _IN_Q_OVERFLOW:
-                    relevant = True  # events were lost: look
+                    # Events were lost, creations perhaps among them: look,
+                    # and watch whatever is there now.
+                    relevant = True
+                    for name in names:
+                        arm(name)
+                elif wd != dir_wd:
+                    if mask & _IN_IGNORED:
+                        files.pop(wd, None)  # that file is gone (its name's going was told)
+                    elif wd in files:
+                        relevant = True
                 elif mask & _DIR_GONE:
                     # The directory went (the database with it): the store's
                     # own check of the path takes it from here; poll.
                     relevant = True
                     watch.gone = True
-                elif data[start:offset].rstrip(b"\0") in names:
-                    relevant = True
+                else:
+                    name = data[start:offset].rstrip(b"\0")
+                    if name in names:
+                        relevant = True
+                        if mask & _NAME_CAME:
+                            arm(name)
 
     watch = FileWatch(fd, drain, lambda: os.close(fd))
     return watch

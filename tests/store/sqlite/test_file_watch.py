@@ -34,8 +34,9 @@ WAIT_MS = 60_000
 PROMPT_S = 10.0  # a third of one tick: only a notification wakes the wait this soon
 
 # A writer that is not this SDK: plain sqlite3, its own table, driven by lines
-# on stdin ("commit", "truncate": checkpoint and truncate the WAL, "close":
-# close the connection, "open"), answering "ok" to each.
+# on stdin ("commit", "wal": switch the file to WAL, "truncate": checkpoint
+# and truncate the WAL, "close": close the connection, "open"), answering
+# "ok" to each.
 WRITER = r"""
 import sqlite3, sys
 path = sys.argv[1]
@@ -55,6 +56,8 @@ for line in sys.stdin:
     if cmd == "commit":
         n += 1
         conn.execute("insert into other_sdk (x) values (?)", (n,))
+    elif cmd == "wal":
+        conn.execute("pragma journal_mode = wal")
     elif cmd == "truncate":
         row = conn.execute("pragma wal_checkpoint(TRUNCATE)").fetchone()
         assert row[0] == 0, row  # not busy
@@ -299,3 +302,94 @@ async def test_closing_a_store_ends_its_idle_waits(db: str, huge_ticks: None) ->
     await store.close()
     await wait
     assert time.monotonic() - started < PROMPT_S
+
+
+async def test_writes_to_other_files_beside_the_database_do_not_wake_a_waiter(
+    db: str, huge_ticks: None
+) -> None:
+    """A log and another WAL database in the same directory, written while a
+    waiter sleeps: the kernel reports none of it (the waiter's descriptor is
+    never read), and a commit to the database still wakes it at once. (Names
+    coming and going are still read, to be filtered: a rollback-journal
+    database beside this one, creating and deleting its journal at every
+    commit, would be read twice a commit.)"""
+    folder = os.path.dirname(db)
+    other_db = os.path.join(folder, "other.db")
+    log_file = os.path.join(folder, "worker.log")
+    lookalike = db + "-wal.bak"  # begins with a watched name, is not one
+    for path in (log_file, lookalike):
+        with open(path, "w") as f:
+            f.write("")
+    store = SQLiteStore(db)
+    await store.connect()
+    neighbour = await _writer(other_db)
+    await neighbour.do("wal")
+    await neighbour.do("commit")  # its -wal and -shm are made
+    writer = await _writer(db)
+    try:
+        await store.claim_wake(["default"], 1)  # makes the watch
+        watch = store._watch
+        assert watch is not None
+        await asyncio.sleep(0.5)  # the connect's and the writer's start-up writes are past
+        reads = 0
+        drain = watch._drain
+
+        def counted() -> bool:
+            nonlocal reads
+            reads += 1
+            return drain()
+
+        watch._drain = counted  # type: ignore[method-assign]
+        wait = asyncio.ensure_future(store.claim_wake(["default"], WAIT_MS))
+        await asyncio.sleep(0.2)
+        for i in range(50):
+            await neighbour.do("commit")
+            for path in (log_file, lookalike):
+                with open(path, "a") as f:
+                    f.write(f"line {i}\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+        await asyncio.sleep(0.3)
+        assert not wait.done()
+        assert reads == 0
+        started = time.monotonic()
+        await writer.do("commit")
+        await asyncio.wait_for(wait, PROMPT_S)
+        assert time.monotonic() - started < PROMPT_S
+        assert reads >= 1
+    finally:
+        await _stop(writer)
+        await _stop(neighbour)
+        await store.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify")
+async def test_a_database_file_renamed_into_place_is_watched(db: str, huge_ticks: None) -> None:
+    """The watch follows a name, not a file: a WAL written after the file
+    under the name was replaced (a restore by rename) still wakes the waiter."""
+    from cairnq.store.sqlite.file_watch import watch_database
+
+    wal = db + "-wal"
+    with open(wal, "w") as f:
+        f.write("")
+    watch = watch_database(db)
+    assert watch is not None
+    try:
+        loop = asyncio.get_running_loop()
+        with watch.waiting():
+            for round_ in range(3):
+                # Replaced by rename: the name's arrival is itself news.
+                staged = wal + ".new"
+                with open(staged, "w") as f:
+                    f.write("")
+                os.replace(staged, wal)
+                await asyncio.sleep(0.05)
+                seen = watch.notices
+                woken = loop.create_future()
+                watch.add(woken)
+                with open(wal, "a") as f:  # a write to the file now under the name
+                    f.write(f"frame {round_}")
+                await asyncio.wait_for(woken, PROMPT_S)
+                assert watch.notices > seen
+    finally:
+        watch.close()
