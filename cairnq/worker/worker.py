@@ -48,6 +48,7 @@ from cairnq.worker.claims import Call, ClaimPlanner
 from cairnq.worker.execution import CallSettings, no_handler, run_call
 from cairnq.worker.heartbeat import Heartbeats
 from cairnq.worker.registry import Handler, Registry
+from cairnq.worker.signals import Signal, first_of
 from cairnq.worker.store_port import StorePort
 
 if TYPE_CHECKING:
@@ -202,13 +203,13 @@ class Worker:
     def _init_run_state(self) -> None:
         """What a run keeps as it goes (each run() sets up its own events)."""
         self._stopping = False
-        self._stop_event: asyncio.Event | None = None
+        self._stop_event: Signal | None = None
         # Every call, until its tasks are settled (which may be after its
         # asyncio task ended: see execution.run_call).
         self._calls: dict[asyncio.Task[None], _Hold] = {}
         self._no_calls: asyncio.Event | None = None
         self._running = 0  # calls whose handler has not returned: the concurrency count
-        self._call_done: asyncio.Event | None = None
+        self._call_done: Signal | None = None
         self._in_use: Counter[str] = Counter()
         self._in_flight_bytes = 0
         self._avg_payload_bytes: float | None = None
@@ -436,10 +437,10 @@ class Worker:
         limit = max(1, concurrency or self._concurrency)
         # A stop() that came before this run started (background() whose body
         # never yielded, say) still counts: the flag is cleared on the way out.
-        self._stop_event = asyncio.Event()
+        self._stop_event = Signal()
         if self._stopping:
             self._stop_event.set()
-        self._call_done = asyncio.Event()
+        self._call_done = Signal()
         self._heartbeats = Heartbeats(self._port, self._heartbeat_interval_ms, self._report)
         unsubscribe = self._port.subscribe_survived(lambda exc: self._report(exc, {"phase": "store"}))
         try:
@@ -499,7 +500,7 @@ class Worker:
                 free = min(free, self._calls_within_byte_budget())
             if free <= 0:
                 self._call_done.clear()
-                await self._first_of(self._call_done.wait(), stop.wait())
+                await first_of(self._call_done, stop)
                 continue
             if not self._registry.claim_sources:
                 await self._idle(resource_wake=False)
@@ -519,7 +520,7 @@ class Worker:
                 if began is not None:
                     self._report_claim(began, (), exc)
                 self._report(exc, {"phase": "claim"})
-                await self._first_of(asyncio.sleep(CLAIM_ERROR_BACKOFF_S), stop.wait())
+                await first_of(stop, future=asyncio.ensure_future(asyncio.sleep(CLAIM_ERROR_BACKOFF_S)))
                 continue
             self._claim_began = None
             if began is not None:
@@ -580,23 +581,12 @@ class Worker:
         wake = asyncio.ensure_future(
             self._port.idle_wait(self._queues, self._registry.names, self._poll_interval_ms)
         )
-        waits: list[Any] = [wake, self._stop_event.wait()]
         if resource_wake and self._registry.capacities:
             self._call_done.clear()  # a finished call frees its resource units
-            waits.append(self._call_done.wait())
-        await self._first_of(*waits)
+            await first_of(self._stop_event, self._call_done, future=wake)
+        else:
+            await first_of(self._stop_event, future=wake)
         return not wake.cancelled() and wake.exception() is None and wake.result() is True
-
-    @staticmethod
-    async def _first_of(*aws: Any) -> None:
-        tasks = [asyncio.ensure_future(a) for a in aws]
-        try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in tasks:
-                if not t.done():
-                    t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
 
     def _calls_within_byte_budget(self) -> int:
         """How many calls the next claim may start under max_in_flight_bytes.
