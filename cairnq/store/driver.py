@@ -98,6 +98,10 @@ class StoreDriver(Protocol):
         """One write transaction; yields a fetch bound to it (commit on a
         clean exit, roll back on an exception)."""
 
+    def _claim_transaction(self) -> AbstractAsyncContextManager[Fetch]:
+        """The write transaction of a claim session (``_transaction``, where a
+        driver notes nothing more: see ``_claim_wake_pushed``)."""
+
     def _transaction_with_session(self) -> AbstractAsyncContextManager[tuple[Fetch, Any]]:
         """A transaction that also yields the driver's session, for a caller's
         own writes in it (PostgreSQL; others raise UnsupportedBackend)."""
@@ -112,7 +116,9 @@ class StoreDriver(Protocol):
     @property
     def _claim_wake_pushed(self) -> bool:
         """``claim_wake`` is woken by pushed news, and news that lands before
-        the wait begins is kept for it."""
+        the wait begins is kept for it (or, SQLite, counted from the claim
+        transaction's own commit): a claim that came back short may sleep at
+        once instead of probing again."""
 
     async def task_done_wake(self, task_id: str, timeout_ms: int) -> bool | None:
         """Sleep up to ``timeout_ms``; return early when the task finishes
@@ -153,6 +159,9 @@ class DriverDefaults(ABC):
     @abstractmethod
     def _transaction(self) -> AbstractAsyncContextManager[Fetch]:
         """One write transaction; yields a fetch bound to it."""
+
+    def _claim_transaction(self) -> AbstractAsyncContextManager[Fetch]:
+        return self._transaction()
 
     def _transaction_with_session(self) -> AbstractAsyncContextManager[tuple[Fetch, Any]]:
         raise UnsupportedBackend(

@@ -30,14 +30,21 @@ def can_see_run_queue(loop: asyncio.AbstractEventLoop) -> bool:
     return getattr(loop, "_ready", None) is not None
 
 
-def nothing_else_ready(loop: asyncio.AbstractEventLoop, ignore: Any = None) -> bool:
+def nothing_else_ready(loop: asyncio.AbstractEventLoop, ignore: Any = None, quiet: Any = None) -> bool:
     """True when no callback but ``ignore`` (a handle of the caller's own,
-    if any) waits in ``loop``'s run queue: the loop would poll next. False
-    when the run queue holds something else, or cannot be seen."""
+    if any) and handles of ``quiet`` (a callback of the caller's own whose
+    delay costs nothing, if any) waits in ``loop``'s run queue: the loop
+    would poll next. False when the run queue holds something else, or
+    cannot be seen."""
     ready = getattr(loop, "_ready", None)  # asyncio's run queue (a deque)
     if ready is None:
         return False
-    return not ready or (ignore is not None and len(ready) == 1 and ready[0] is ignore)
+    if not ready:
+        return True
+    for handle in ready:  # (returns at the first other one: rarely past the first)
+        if handle is not ignore and (quiet is None or getattr(handle, "_callback", None) != quiet):
+            return False
+    return True
 
 
 def nothing_due_before(loop: asyncio.AbstractEventLoop, deadline: float, ignore: Any = None) -> bool:

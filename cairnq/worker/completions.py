@@ -36,7 +36,7 @@ class Completions:
     def __init__(self, port: WorkerPort) -> None:
         self._port = port
         self._waiting: list[_Waiting] = []
-        self._scheduled = False
+        self._pending: Optional[asyncio.Task[None]] = None  # a settlement not yet begun
         self._writing = 0  # statements on their way
 
     async def complete(self, task_id: str, result: Any) -> str:
@@ -53,22 +53,29 @@ class Completions:
         queued)."""
         result_json = None if result is None else self._port.encode(result)
         self._waiting.append((task_id, result_json, told))
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        if self._pending is None:
+            # The task's first step runs on the loop's next turn, after every
+            # handler that returns in this one: it takes all their completions.
+            self._writing += 1
+            self._pending = asyncio.get_running_loop().create_task(self._settle())
+            self._pending.add_done_callback(self._ended)
 
     @property
     def idle(self) -> bool:
         """Nothing queued or being written."""
         return not self._waiting and not self._writing
 
-    def _flush(self) -> None:
-        self._scheduled = False
-        waiting, self._waiting = self._waiting, []
-        self._writing += 1
-        asyncio.get_running_loop().create_task(self._settle(waiting))
+    def _ended(self, task: "asyncio.Task[None]") -> None:
+        if self._pending is task:  # cancelled before its first step: it took nothing
+            self._pending = None
+            self._writing -= 1
+            waiting, self._waiting = self._waiting, []
+            for _, _, told in waiting:
+                told(None, asyncio.CancelledError())
 
-    async def _settle(self, waiting: list[_Waiting]) -> None:
+    async def _settle(self) -> None:
+        self._pending = None
+        waiting, self._waiting = self._waiting, []
         try:
             ids = [task_id for task_id, _, _ in waiting]
             results = [result_json for _, result_json, _ in waiting]

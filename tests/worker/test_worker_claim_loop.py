@@ -58,3 +58,27 @@ async def test_claim_batch_ramps_up_at_once_beside_an_empty_source(backend) -> N
         await eventually(lambda: len(started) == 8, timeout=10)
         release.set()
     assert started[-1] < 1.0  # one claim per poll interval would take 14 s
+
+
+async def test_a_follow_up_submitted_by_a_handler_is_claimed_at_once(backend) -> None:
+    """A handler submits the next task of a chain and returns: the claim loop,
+    asleep since its claim came back short, must wake for that submit (its
+    own store's commit) rather than wait out its poll interval."""
+    q = backend.client()
+    w = make(backend, concurrency=4, poll_interval_ms=5_000)
+    links = 30
+    done = asyncio.Event()
+
+    @w.task("link")
+    async def link(ctx, payload):
+        if payload["i"] + 1 < links:
+            await ctx.submit("link", {"i": payload["i"] + 1})
+        else:
+            done.set()
+
+    await q.submit("link", {"i": 0})
+    started = time.monotonic()
+    async with w.background():
+        await asyncio.wait_for(done.wait(), 30)
+    # One poll interval missed would take 5 s; a chain told in time, milliseconds a link.
+    assert time.monotonic() - started < 2.5

@@ -102,7 +102,7 @@ class ClaimOps(StoreCore):
             alone = self._lone_draw_fetch()
             if alone is not None:
                 return await plan(self._drawing(alone, params))
-        async with self._transaction() as fetch:
+        async with self._claim_transaction() as fetch:
             if expired:  # a lease expiring after the probe is recovered next poll
                 await fetch("recover_leases", params)
             return await plan(self._drawing(fetch, params))

@@ -169,6 +169,13 @@ class SqliteEngine:
         self._writes: deque[_Write] = deque()
         self._flush_handle: asyncio.Handle | asyncio.TimerHandle | None = None
         self._flushing = False
+        self._lone_write_waited = False  # a lone write let the run queue go first, once
+        # The file watch's reader (set by the store): a notification waiting to
+        # be read does not keep a write from committing inline. It is most
+        # often this connection's own last commit, and all it does is wake
+        # this store's waiters, who look at the counters again after this
+        # commit anyway.
+        self.quiet_reader: Callable[[], None] | None = None
         self._write_busy: BusyPolicy | None = None  # set while queued writes wait for the lock
         #: The main database's file name ("" for a memory or temporary database).
         self.database_file = _database_file(conn)
@@ -231,7 +238,7 @@ class SqliteEngine:
 
     def _may_commit_inline(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Nothing else runnable, and no timer due during a commit begun now."""
-        return nothing_else_ready(loop, self._marker) and self._no_timer_due_during_commit(loop)
+        return nothing_else_ready(loop, self._marker, self.quiet_reader) and self._no_timer_due_during_commit(loop)
 
     def _no_timer_due_during_commit(self, loop: asyncio.AbstractEventLoop) -> bool:
         """No timer due before a commit begun now is expected to be done (its
@@ -313,19 +320,17 @@ class SqliteEngine:
         ``deferred``: the write is in no hurry (a worker's settlements and beats).
         It waits up to DEFER_WINDOW_S for a transaction to ride in (the worker's
         next claim, typically, which then commits both with one fsync) before
-        it is flushed on its own.
+        it is flushed on its own. While a claim loop sleeps no claim is coming:
+        it goes as any write (inline, when nothing else could join it).
         """
         if self._closing:
             raise StoreClosed()
         loop = asyncio.get_running_loop()
-        if deferred:
+        if deferred and not self.claims_asleep:
             future: asyncio.Future[list[Any]] = loop.create_future()
             self._writes.append(_Write(sql, params, future))
             if self._flush_handle is None and not self._in_txn:
-                if self.claims_asleep:  # no claim is coming to ride with
-                    self._flush_handle = loop.call_soon(self._flush)
-                else:
-                    self._flush_handle = loop.call_later(DEFER_WINDOW_S, self._flush)
+                self._flush_handle = loop.call_later(DEFER_WINDOW_S, self._flush)
             return await future
         if self._may_run_inline(loop):
             # Nothing else will run before the loop polls again, so nothing
@@ -414,10 +419,21 @@ class SqliteEngine:
             return True
         if not self._may_write_now():
             return self._wait_for_lock(batch, None)
-        if len(batch) == 1 and (
-            batch[0].alone or self._may_commit_inline(asyncio.get_running_loop())
-        ):
-            return self._write_alone(batch[0])
+        if len(batch) == 1:
+            loop = asyncio.get_running_loop()
+            if batch[0].alone or self._may_commit_inline(loop):
+                self._lone_write_waited = False
+                return self._write_alone(batch[0])
+            if not self._lone_write_waited and self._no_timer_due_during_commit(loop):
+                # Only other ready callbacks stand in the way (a waiter woken,
+                # a task's next step): they run first, then this write looks
+                # again. One loop turn, where the committer thread would add
+                # its hop to the fsync; still in the way, it goes there.
+                self._lone_write_waited = True
+                self._requeue(batch)
+                self._flush_handle = loop.call_soon(self._flush)
+                return False
+        self._lone_write_waited = False
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except Exception as exc:
@@ -624,7 +640,9 @@ class SqliteEngine:
     # -- transactions -----------------------------------------------------
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Callable[[str, Any], Awaitable[list[Any]]]]:
+    async def transaction(
+        self, *, stamp: str | None = None
+    ) -> AsyncIterator[Callable[[str, Any], Awaitable[list[Any]]]]:
         """BEGIN IMMEDIATE ... COMMIT, owning the connection throughout.
 
         Only the BEGIN is retried on SQLITE_BUSY (with the gate released while
@@ -632,6 +650,14 @@ class SqliteEngine:
         for group commit ride along: they run first inside this transaction and
         are resolved by its COMMIT (one fsync for both), or go back to the queue
         if the transaction rolls back.
+
+        ``stamp``: once committed, the transaction stands as the last probe of
+        that kind (``take_probe_stamp``): a claim that found no more work
+        than it took lets its claim loop sleep without reading again. The
+        change counter is read inside the transaction, where no other
+        connection can commit; our commits are counted up to this COMMIT's,
+        before anything queued meanwhile is flushed (a handler's submit among
+        them must wake the waiter).
         """
         if self._closing:
             raise StoreClosed()
@@ -646,8 +672,11 @@ class SqliteEngine:
         async def fetch(sql: str, params: Any) -> list[Any]:
             return conn.execute(sql, params).fetchall()
 
+        version = None
         try:
             yield fetch
+            if stamp is not None and self._data_version_sql is not None:
+                version = int(conn.execute(self._data_version_sql).fetchone()[0])
             try:
                 conn.execute("COMMIT")
             except BaseException:
@@ -660,6 +689,9 @@ class SqliteEngine:
             raise
         else:
             self._settle_committed(queued)
+            if version is not None:
+                assert stamp is not None
+                self._probe_stamps[stamp] = (self.commits, version)
         finally:
             self._release_gate()
 

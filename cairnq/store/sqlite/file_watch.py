@@ -114,6 +114,11 @@ class FileWatch:
     def waiting(self) -> _Holding:
         return _Holding(self)
 
+    @property
+    def reader(self) -> Callable[[], None]:
+        """The callback the loop runs when a notification is there to read."""
+        return self._on_readable
+
     def _hold(self) -> None:
         self._holders += 1
         loop = asyncio.get_running_loop()

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import time
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
@@ -299,13 +299,26 @@ class SQLiteStore(TaskStore):
             raise StoreClosed()
         return await self._connected()
 
+    def _claim_transaction(self) -> AbstractAsyncContextManager[Fetch]:
+        # Committed, it stands as the claim loop's last probe: a claim loop
+        # that found no more work than it took sleeps on it (claim_wake).
+        return self._transaction(stamp=_CLAIM_WAIT)
+
+    @property
+    def _claim_wake_pushed(self) -> bool:
+        """A claim that came back short may sleep at once: its transaction's
+        stamp (engine.transaction) counts every commit since it, ours and
+        other connections', for ``claim_wake``. Only while both are cairnq's
+        own (a replaced claim session leaves no stamp)."""
+        return is_own(self, "claim_session") and is_own(self, "claim_wake")
+
     @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[Fetch]:
+    async def _transaction(self, *, stamp: str | None = None) -> AsyncIterator[Fetch]:
         engine = self._engine
         if engine is None or self._closing:
             engine = await self._connected_or_closed()
         statements, binders, echoes = self._statements, self._binders, self._echoes
-        async with engine.transaction() as run:
+        async with engine.transaction(stamp=stamp) as run:
 
             async def run_named(name: str, params: dict[str, Any]) -> list[Any]:
                 stmt = statements[name]
@@ -356,6 +369,8 @@ class SQLiteStore(TaskStore):
         if watch is None and self._watch_path is not None and self._engine is engine:
             watch = self._watch = watch_database(self._watch_path)
             self._watch_path = None
+            if watch is not None:
+                engine.quiet_reader = watch.reader
         if watch is None or not watch.live:
             return await self._await_change(engine, None, timeout_s, kind)
         # Held before the counter is read: a write from then on is reported
@@ -413,6 +428,8 @@ class SQLiteStore(TaskStore):
         watch, self._watch = self._watch, None
         if watch is not None:
             watch.close()
+            if self._engine is not None:
+                self._engine.quiet_reader = None
 
     # -- the file under the path ------------------------------------------------
 

@@ -120,6 +120,37 @@ async def test_a_wait_with_no_change_since_its_probe_still_sleeps(tmp_path: Path
         await store.close()
 
 
+async def test_a_claim_that_took_all_there_was_counts_changes_from_its_own_commit(
+    tmp_path: Path,
+) -> None:
+    """A claim loop whose claim came back short sleeps on that claim, with no
+    probe after it (and, told of work, none before it either): a submit by
+    another connection right after the claim's COMMIT must end the sleep at
+    once, and so must one of its own store's."""
+    from cairnq.store.ports import StoreWorkerPort
+
+    path = str(tmp_path / "tasks.db")
+    worker, other = SQLiteStore(path), SQLiteStore(path)
+    port = StoreWorkerPort(worker, "w", 30_000)
+
+    async def take_all(draw: Any) -> Any:
+        return await draw(None, 4)
+
+    try:
+        assert port.wake_pushed  # the claim loop sleeps straight after a short claim
+        for submitter in (other, worker):
+            await other.submit(name="echo", payload=1)
+            claimed, _ = await port.claim(["default"], ["echo"], take_all, probe=False, single_draw=True)
+            assert len(claimed) == 1  # short: 1 of 4
+            await submitter.submit(name="echo", payload=2)  # after the claim's COMMIT
+            assert await _seconds(port.wake(["default"], WAIT_MS)) < PROMPT_S
+            drained, _ = await port.claim(["default"], ["echo"], take_all, probe=False, single_draw=True)
+            assert len(drained) == 1
+    finally:
+        await worker.close()
+        await other.close()
+
+
 ECHO_WORKER = """
 from cairnq import Worker
 

@@ -1,0 +1,69 @@
+"""Coalesced completions: every queued completion is written once, whatever
+the timing of the settlements around it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Optional
+
+from cairnq.worker.store_port import StorePort
+
+WORKER = "w-completions"
+
+
+async def _claimed(backend: Any, n: int) -> tuple[Any, StorePort, list[Any]]:
+    q = backend.client()
+    for i in range(n):
+        await q.submit("job", {"i": i})
+    tasks = await q.store.claim(queues=["default"], worker_id=WORKER, limit=n)
+    assert len(tasks) == n
+    return q, StorePort(q.store, WORKER, 30_000), tasks
+
+
+def _recorder(log: list[tuple[str, Optional[str], Optional[BaseException]]], task_id: str) -> Any:
+    return lambda status, exc: log.append((task_id, status, exc))
+
+
+async def test_a_completion_queued_while_a_settlement_is_written_is_written_too(backend: Any) -> None:
+    q, port, tasks = await _claimed(backend, 3)
+    told: list[tuple[str, Optional[str], Optional[BaseException]]] = []
+    first, second, third = tasks
+    port.complete_later(first.id, None, _recorder(told, first.id))
+    await asyncio.sleep(0)  # the first settlement has begun: its write is on its way
+    port.complete_later(second.id, {"r": 2}, _recorder(told, second.id))
+    port.complete_later(third.id, None, _recorder(told, third.id))
+    for _ in range(500):
+        if len(told) == 3 and port.completions_idle:
+            break
+        await asyncio.sleep(0.01)
+    assert sorted((t, s, e) for t, s, e in told) == sorted(
+        (t.id, "succeeded", None) for t in tasks
+    )
+    for task in tasks:
+        assert (await q.get(task.id)).status == "succeeded"
+    assert (await q.get(second.id)).result == {"r": 2}
+
+
+async def test_a_settlement_cancelled_before_it_began_tells_its_waiters_and_the_next_goes_on(
+    backend: Any,
+) -> None:
+    q, port, tasks = await _claimed(backend, 2)
+    told: list[tuple[str, Optional[str], Optional[BaseException]]] = []
+    dropped, kept = tasks
+    port.complete_later(dropped.id, None, _recorder(told, dropped.id))
+    pending = port._completions._pending  # the settlement task, not yet begun
+    assert pending is not None
+    pending.cancel()  # as a loop shutting down would
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert len(told) == 1 and told[0][0] == dropped.id
+    assert isinstance(told[0][2], asyncio.CancelledError)
+    assert port.completions_idle  # nothing is left counted as on its way
+    port.complete_later(kept.id, None, _recorder(told, kept.id))
+    for _ in range(500):
+        if len(told) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert told[1] == (kept.id, "succeeded", None)
+    assert (await q.get(kept.id)).status == "succeeded"
+    assert (await q.get(dropped.id)).status == "running"  # nothing was written for it
