@@ -47,6 +47,9 @@ class Listener:
         self._listen = listen
         self._disabled = self._listen is None
         self._connected = False
+        #: Listening sessions begun so far: a waiter that saw this change while
+        #: it was not waiting may have missed what was raised in between.
+        self.sessions = 0
         self._stop: Optional[Callable[[], None]] = None
         self._task: Optional[asyncio.Task[None]] = None
         self._retry_ms = LISTENER_RETRY_MS
@@ -154,6 +157,7 @@ class Listener:
                 continue
             self._retry_ms = LISTENER_RETRY_MS
             self._connected = True
+            self.sessions += 1
             # Whatever was raised while no session listened went unheard:
             # every wait begun meanwhile ends now, and its waiter checks once.
             self._release_all()

@@ -357,12 +357,20 @@ class PostgresStore(TaskStore):
         that ends without news). Otherwise ``claim_wake``."""
         member = self._fleet_member(worker_id, queues, names, interval_ms)
         listener = self._listener
-        if member is None or listener is None:  # the listener is down: poll (a member stays one)
+        if member is None or listener is None or not listener.connected:
+            # The listener is down (poll; a member stays one), or starting over
+            # (a first mark does that): claim_wake waits for it to be back.
             return await self.claim_wake(queues, interval_ms)
+        session = listener.sessions
         fleet = listener.fleet
         if fleet.turn_due(member):
             rows = await self._fetch("fleet_turn", {"prefix": fleet_prefix(member.key)})
             fleet.took_turn(member, [row[0] for row in rows])
+            if listener.sessions != session or not listener.connected:
+                # The session started over during the read: what was raised
+                # in between went unheard, and its return ended no wait of
+                # ours. The caller probes.
+                return False
         until = time.monotonic() + member.interval_s if member.leader else member.next_turn
         return await fleet.wait(member, until - time.monotonic())
 

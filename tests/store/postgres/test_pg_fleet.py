@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pg_kit import fetch, pg  # noqa: F401  (the fixture)
+from pg_kit import fetch, listening, pg  # noqa: F401  (the fixture)
 from processes import until
 
 from cairnq import CairnQ, PostgresStore, Worker
@@ -102,3 +102,47 @@ async def test_a_store_whose_claim_wake_is_replaced_forms_no_fleet(pg: Any) -> N
         w.stop()
         await run
         await store.close()
+
+
+class _SlowTurn(PostgresStore):
+    """A store whose first fleet_turn read is slow: while it is on its way the
+    listening session starts over (as a member's first mark makes it do) and
+    is back before the read returns, and a task is submitted in the gap, when
+    no session listened."""
+
+    submitter: Any = None
+
+    async def _fetch(self, name: str, params: dict[str, Any]) -> list[Any]:
+        if name == "fleet_turn" and self.submitter is not None:
+            listener = self._listener
+            assert listener is not None
+            if listener.connected:
+                listener._restart()  # the session starts over now, during the read
+            submitter, self.submitter = self.submitter, None
+            await submitter.submit(name="noop", payload=None)  # unheard: nobody listens
+            assert not listener.connected  # (it landed in the gap)
+            await until(lambda: listener.connected, 10, "the session to come back")
+        return await super()._fetch(name, params)
+
+
+async def test_news_raised_while_the_session_starts_over_during_a_turn_is_not_slept_through(
+    pg: Any,  # noqa: F811
+) -> None:
+    store, other = _SlowTurn(pg.target), PostgresStore(pg.target)
+    try:
+        await listening(store)
+        await other.submit(name="warm", payload=None, queue="elsewhere")  # its next submit: one round trip
+        store.submitter = other
+        began = asyncio.get_running_loop().time()
+        # A worker's first idle waits (it joins the fleet, takes its turn, and
+        # waits up to its poll interval), until one has begun before the
+        # submit and returned after it: the caller then probes.
+        for _ in range(5):
+            await store._fleet_wait("w_slow_turn", ["default"], ["noop"], 5_000)
+            if store.submitter is None:
+                break
+        assert store.submitter is None  # the submit did land in the gap
+        assert asyncio.get_running_loop().time() - began < 2.5, "slept through the unheard submit"
+    finally:
+        await store.close()
+        await other.close()
