@@ -250,6 +250,11 @@ class SqliteEngine:
             return True
         return nothing_due_before(loop, loop.time() + 2 * commit_s, self._marker)
 
+    @property
+    def commit_s(self) -> float:
+        """How long a commit takes here (a moving average, in seconds)."""
+        return self._commit_s
+
     def _commit_took(self, started: float) -> None:
         """Fold a commit begun at ``started`` into the expected commit time."""
         self._commit_s += (_monotonic() - started - self._commit_s) * COMMIT_S_WEIGHT

@@ -57,6 +57,11 @@ QUIET_POLL_S = 0.1
 # millisecond late (twice in every call(): the worker woken, then the caller).
 FINE_POLL_S = 0.0002
 FINE_WINDOW_S = 0.004
+# ... and closer still where the publication is expected: every CLOSE_POLL_S
+# for twice a commit's time (this connection's own, on average: the same
+# disk), at least CLOSE_WINDOW_MIN_S.
+CLOSE_POLL_S = 0.00005
+CLOSE_WINDOW_MIN_S = 0.001
 # How often an idle wait checks that the path still names the file we have
 # open (a stat(2); never per statement).
 FILE_CHECK_INTERVAL_S = 0.25
@@ -404,7 +409,10 @@ class SQLiteStore(TaskStore):
                 since = now - watch.last_notice
                 fine = watch.fine
                 if since < FINE_WINDOW_S and fine is not None:
-                    sleep = FINE_POLL_S
+                    if since < max(2 * engine.commit_s, CLOSE_WINDOW_MIN_S):
+                        sleep = CLOSE_POLL_S
+                    else:
+                        sleep = FINE_POLL_S
                 elif since < NOTICE_CLOSE_S:
                     sleep, fine = NOTICE_POLL_S, None
                 else:
