@@ -680,8 +680,8 @@ class SqliteEngine:
         version = None
         try:
             yield fetch
-            if stamp is not None and self._data_version_sql is not None:
-                version = int(conn.execute(self._data_version_sql).fetchone()[0])
+            if stamp is not None:
+                version = self._read_data_version()  # ours to read: we hold the gate
             try:
                 conn.execute("COMMIT")
             except BaseException:
@@ -827,9 +827,13 @@ class SqliteEngine:
         """The file's change counter, or None while our own transaction owns
         the connection (it is checked again on the next tick), or when the
         engine was not given the statement that reads it."""
-        if self._in_txn or self._closing or self._data_version_sql is None:
+        if self._in_txn or self._closing:
             return None
-        return int(self.conn.execute(self._data_version_sql).fetchone()[0])
+        return self._read_data_version()
+
+    def _read_data_version(self) -> int | None:
+        sql = self._data_version_sql
+        return None if sql is None else int(self.conn.execute(sql).fetchone()[0])
 
     # -- maintenance and shutdown ------------------------------------------
 
