@@ -80,9 +80,13 @@ async def test_a_burst_into_an_idle_fleet_wakes_about_one_claim_per_task(
     await asyncio.sleep(0.3)
     after = fleet.counts()
     claims = _claims(after) - _claims(before)
-    # Every notification waking every worker would be up to 6 claims a task
-    # (fewer where a worker's notifications pile up while it claims).
-    assert claims <= 2.5 * tasks, (claims, after)
+    # The leader claims on every notification, each of the 5 others on about
+    # 1 in 12: about 1.4 claims a task (55-60 here). Every notification
+    # waking every worker would be up to 6; each member that wrongly believes
+    # it leads (it read the list before the others' marks were on it, and
+    # kept believing it) adds about 1.
+    by_worker = {label: fleet.counts([label]) for label in fleet.labels}
+    assert claims <= 1.9 * tasks, (claims, after, by_worker)
     assert claims >= tasks / 4  # claims did run (up to 4 tasks each)
 
 

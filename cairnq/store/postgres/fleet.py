@@ -19,6 +19,10 @@ session of the database, whatever its channel) nor a connection more:
 * every member takes a **turn** (reads the list: ``fleet_turn``) about every
   ``min(size, TURN_ROUNDS)`` poll intervals (at least 2; jittered; the
   leader every ``TURN_ROUNDS``), and the others probe once at each turn.
+  While the fleet forms, the list a member reads may still lack members
+  whose marks are on their way (two of them may each believe it leads);
+  so a member whose list changed turns again after 2 intervals, and the
+  gap doubles with each turn that finds the same list, up to the above.
   Between turns they sleep until news of work, and claim on a notification
   with probability ``NEWS_SHARE / size``, so a burst is shared without every
   notification waking every worker.
@@ -92,6 +96,8 @@ class FleetMember:
         self.leader = True  # until a turn says otherwise: alone
         self.size = 1
         self.next_turn = float("-inf")
+        self.seen: tuple[str, ...] = ()  # the list its last turn read
+        self.rounds = 2  # intervals to its next turn, before the spread
         self.waiter: Optional[asyncio.Future[bool]] = None
         self.pending = False  # told of work while not waiting: kept for the next wait
 
@@ -134,12 +140,18 @@ class Fleet:
         low, high = TURN_SPREAD
         spread = low + (high - low) * self._draw()
         if not present:
-            rounds = 2  # look again soon
+            cap = 2  # look again soon
         elif member.leader:
-            rounds = TURN_ROUNDS
+            cap = TURN_ROUNDS
         else:
-            rounds = min(max(2, member.size), TURN_ROUNDS)  # a small fleet turns more often
-        member.next_turn = self._clock() + spread * rounds * member.interval_s
+            cap = min(max(2, member.size), TURN_ROUNDS)  # a small fleet turns more often
+        seen = tuple(sorted(members))
+        if seen != member.seen:
+            member.seen, member.rounds = seen, 2  # the fleet is changing: look again soon
+        else:
+            member.rounds = member.rounds * 2
+        member.rounds = min(member.rounds, cap)
+        member.next_turn = self._clock() + spread * member.rounds * member.interval_s
 
     def turn_due(self, member: FleetMember) -> bool:
         return self._clock() >= member.next_turn

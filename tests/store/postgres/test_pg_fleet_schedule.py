@@ -106,7 +106,32 @@ def test_a_member_missing_from_the_list_acts_alone_and_looks_again_soon() -> Non
     assert not member.leader and member.size == 2
     fleet.took_turn(member, ["w5", "w7"])
     assert member.leader
-    assert member.next_turn == clock.now + TURN_SPREAD[0] * TURN_ROUNDS * 0.5
+    # The list changed: soon again, then further apart while it holds.
+    gaps = []
+    for _ in range(5):
+        gaps.append(member.next_turn - clock.now)
+        fleet.took_turn(member, ["w5", "w7"])
+    assert gaps == [TURN_SPREAD[0] * r * 0.5 for r in (2, 4, 8, TURN_ROUNDS, TURN_ROUNDS)]
+
+
+def test_two_members_that_each_believed_they_lead_agree_within_a_few_intervals() -> None:
+    """Started together, each read the list before the other's mark was on
+    it: both lead (both claim on every notification) until their next turns,
+    which come after 2 intervals, not TURN_ROUNDS."""
+    clock = Clock()
+    fleet = Fleet(clock, Draws(1.0))  # the longest spread
+    a = fleet.join("a", "k", QUEUES, 0.5)
+    b = fleet.join("b", "k", QUEUES, 0.5)
+    fleet.took_turn(a, ["a", "c"])
+    fleet.took_turn(b, ["b", "c"])
+    assert a.leader and b.leader
+    latest = max(a.next_turn, b.next_turn)
+    assert latest - clock.now <= TURN_SPREAD[1] * 2 * 0.5
+    clock.now = latest
+    for member in (a, b):
+        assert fleet.turn_due(member)
+        fleet.took_turn(member, ["a", "b", "c"])
+    assert a.leader and not b.leader
 
 
 def test_a_members_channel_is_ours_to_spell() -> None:
@@ -127,18 +152,27 @@ def test_a_members_channel_never_spells_hostile_text(worker_id: str) -> None:
 
 def test_turns_come_about_every_turn_rounds_intervals_spread_out() -> None:
     clock = Clock()
-    fleet = Fleet(clock, Draws(0.0, 1.0))
+    draws = Draws(0.0, 1.0)
+    fleet = Fleet(clock, draws)
     member = fleet.join("w", "k", QUEUES, 0.5)
     assert fleet.turn_due(member)  # a newcomer takes its turn at once
     many = ["a"] + [f"w{i}" for i in range(29)] + ["w"]
-    fleet.took_turn(member, many)
-    assert member.next_turn == clock.now + TURN_SPREAD[0] * TURN_ROUNDS * 0.5
+    for _ in range(3):  # settling in: 2, 4, 8 intervals
+        fleet.took_turn(member, many)
     fleet.took_turn(member, many)
     assert member.next_turn == clock.now + TURN_SPREAD[1] * TURN_ROUNDS * 0.5
-    fleet.took_turn(member, ["a", "b", "w"])  # a small fleet: about every 3 intervals
+    fleet.took_turn(member, many)
+    assert member.next_turn == clock.now + TURN_SPREAD[0] * TURN_ROUNDS * 0.5
+    small = ["a", "b", "w"]
+    for _ in range(3):
+        draws.i = 0
+        fleet.took_turn(member, small)  # a small fleet: about every 3 intervals
     assert member.next_turn == clock.now + TURN_SPREAD[0] * 3 * 0.5
-    fleet.took_turn(member, ["a", "w"])  # at least every 2
-    assert member.next_turn == clock.now + TURN_SPREAD[1] * 2 * 0.5
+    pair = ["a", "w"]
+    for _ in range(3):
+        draws.i = 0
+        fleet.took_turn(member, pair)  # at least every 2
+    assert member.next_turn == clock.now + TURN_SPREAD[0] * 2 * 0.5
     assert not fleet.turn_due(member)
     clock.now = member.next_turn
     assert fleet.turn_due(member)
