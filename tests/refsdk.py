@@ -4,9 +4,11 @@ Its import name is ours too, so it never shares an interpreter with the code
 under test: snippets run in a subprocess of that venv's Python, in isolated
 mode (no PYTHONPATH, no cwd on sys.path), and print one JSON document back.
 
-The venv is built on first use and cached under ``.cache/`` at the repository
-root (override with ``CAIRNQ_REF_VENV``); a file lock keeps parallel test
-processes from building it twice.
+The venv is built on first use, with the Python running the tests (what the
+reference says can depend on it: the standard library's JSON messages
+differ between 3.11 and 3.12), and cached under ``.cache/`` at the
+repository root, one per Python version (override with ``CAIRNQ_REF_VENV``);
+a file lock keeps parallel test processes from building it twice.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from typing import Any
 
 REFERENCE = "cairnq[postgres]==0.15.1"
 ROOT = Path(__file__).resolve().parent.parent
-VENV = Path(os.environ.get("CAIRNQ_REF_VENV", ROOT / ".cache" / "refsdk-0.15.1"))
+_PY = "py%d.%d" % sys.version_info[:2]
+VENV = Path(os.environ.get("CAIRNQ_REF_VENV", ROOT / ".cache" / f"refsdk-0.15.1-{_PY}"))
 
 
 def python() -> Path:

@@ -68,6 +68,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 from cairnq.errors import StoreClosed
 from cairnq.store.loop_state import nothing_due_before, nothing_else_ready
 from cairnq.store.sqlite.file_watch import FileWatch
+from cairnq.store.sqlite.probe_stamps import note_stamp, take_stamp
 from cairnq.store.sqlite.fine_timer import FineTimer
 from cairnq.store.sqlite.turns import HOLD_NS, WriteTurns
 
@@ -195,7 +196,7 @@ class SqliteEngine:
         # (given the statement that reads the counter, ``data_version``;
         # without it, neither works).
         self._data_version_sql = data_version_sql
-        self._probe_stamps: dict[str, tuple[int, int]] = {}
+        self._stamp_key = object()  # this connection's, in the reading tasks' stamp books
         # Claim loops now sleeping until a change: while one is, deferred
         # writes have no claim to ride with and are flushed at once.
         self.claims_asleep = 0
@@ -300,7 +301,7 @@ class SqliteEngine:
                 if probe is not None:
                     version = self.data_version()
                     if version is not None:
-                        self._probe_stamps[probe] = (self.commits, version)
+                        note_stamp(self._stamp_key, probe, (self.commits, version))
                 values = params if bind is None else bind(params)
                 return self.conn.execute(sql, values).fetchall()
             except sqlite3.OperationalError as exc:
@@ -313,9 +314,10 @@ class SqliteEngine:
             await asyncio.sleep(delay)
 
     def take_probe_stamp(self, kind: str) -> tuple[int, int] | None:
-        """(commits, data_version) noted before the last probe of ``kind``, once.
-        (The last: two claim loops sharing one store would share one stamp.)"""
-        return self._probe_stamps.pop(kind, None)
+        """(commits, data_version) noted before the current task's (or its
+        starter's) last probe of ``kind``, once (see probe_stamps.py: each
+        waiter sleeps on its own read)."""
+        return take_stamp(self._stamp_key, kind)
 
     # -- group-committed writes -------------------------------------------
 
@@ -696,7 +698,7 @@ class SqliteEngine:
             self._settle_committed(queued)
             if version is not None:
                 assert stamp is not None
-                self._probe_stamps[stamp] = (self.commits, version)
+                note_stamp(self._stamp_key, stamp, (self.commits, version))
         finally:
             self._release_gate()
 

@@ -106,6 +106,75 @@ async def test_a_probe_that_waits_for_its_connection_reads_the_clock_after_waiti
         await producer.close()
 
 
+async def test_concurrent_callers_on_one_store_each_count_from_their_own_read(
+    tmp_path: Path,
+) -> None:
+    """Fifty ``call()``s in one process share a store. Caller A reads its
+    task's status (running), the worker completes it, then caller B reads
+    its own task's status: A's wait counts from A's read, not from B's (which
+    already saw the completion and would have A sleep through it)."""
+    path = str(tmp_path / "tasks.db")
+    callers, worker = SQLiteStore(path), SQLiteStore(path)
+    try:
+        first = await callers.submit(name="echo", payload=1)
+        second = await callers.submit(name="echo", payload=2)
+        assert len(await worker.claim(queues=["default"], worker_id="w", limit=2)) == 2
+        a_read, b_read = asyncio.Event(), asyncio.Event()
+
+        async def caller_a() -> float:
+            ref = await callers.get_status(first.id)
+            assert ref is not None and ref.status == "running"
+            a_read.set()
+            await b_read.wait()
+            return await _seconds(callers.task_done_wake(first.id, WAIT_MS))
+
+        async def caller_b() -> None:
+            await a_read.wait()
+            await worker.complete(task_id=first.id, worker_id="w", result=1)  # after A's read
+            ref = await callers.get_status(second.id)  # after the commit
+            assert ref is not None and ref.status == "running"
+            b_read.set()
+
+        a_slept, _ = await asyncio.gather(caller_a(), caller_b())
+        assert a_slept < PROMPT_S
+    finally:
+        await callers.close()
+        await worker.close()
+
+
+async def test_two_claim_loops_on_one_store_each_count_from_their_own_probe(
+    tmp_path: Path,
+) -> None:
+    """Two workers of other queues share a store: loop A probes ``a``
+    (nothing), a producer submits to ``a``, loop B probes ``b`` (nothing).
+    A's sleep, in a task its loop starts (as the worker's idle wait is),
+    counts from A's probe."""
+    path = str(tmp_path / "tasks.db")
+    shared, producer = SQLiteStore(path), SQLiteStore(path)
+    try:
+        await producer.connect()
+        a_probed, b_probed = asyncio.Event(), asyncio.Event()
+
+        async def loop_a() -> float:
+            assert await shared.claim(queues=["a"], worker_id="wa") == []
+            a_probed.set()
+            await b_probed.wait()
+            wait = asyncio.ensure_future(shared.claim_wake(["a"], WAIT_MS))
+            return await _seconds(wait)
+
+        async def loop_b() -> None:
+            await a_probed.wait()
+            await producer.submit(name="echo", payload=1, queue="a")  # after A's probe
+            assert await shared.claim(queues=["b"], worker_id="wb") == []
+            b_probed.set()
+
+        a_slept, _ = await asyncio.gather(loop_a(), loop_b())
+        assert a_slept < PROMPT_S
+    finally:
+        await shared.close()
+        await producer.close()
+
+
 async def test_a_wait_with_no_change_since_its_probe_still_sleeps(tmp_path: Path) -> None:
     """The other side: counting from the probe does not turn a quiet wait
     into a spin (the wait sleeps until its timeout)."""
