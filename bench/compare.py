@@ -52,7 +52,7 @@ LIMITS = ["limit_commit1", "limit_commit1_schema", "limit_commit64", "limit_comm
 # floor_call is one connection in one process, floor_call_processes a bare
 # worker in a second process woken the fastest way the database allows).
 FLOORS = {
-    "drain_c64": {"sqlite": ["floor_drain"], "postgres": ["floor_drain", "floor_drain_pipelined"]},
+    "drain_c64": {"sqlite": ["floor_drain", "floor_drain_riding"], "postgres": ["floor_drain", "floor_drain_pipelined"]},
     "get": {"sqlite": ["floor_get"], "postgres": ["floor_get"]},
     "submit_seq": {"sqlite": ["floor_submit_seq"], "postgres": ["floor_submit_seq"]},
     "call_latency": {

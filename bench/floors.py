@@ -9,6 +9,9 @@ ours / floor:
 * the protocol's own statements (``protocol/sql/<dialect>/*.sql``) in a bare
   loop, for ``drain_c64``, ``get``, ``submit_seq`` and ``call_latency`` (one
   connection), with the same schema, durability and connection settings;
+  for ``drain_c64`` also two connections at once (PostgreSQL,
+  ``floor_drain_pipelined``) and each batch settled in the next claim's
+  transaction, as a worker must (SQLite, ``floor_drain_riding``);
 * ``floor_call_processes``: a call between two processes, a bare worker
   (stdlib ``sqlite3`` or psycopg, no cairnq) in the second.
 
@@ -154,6 +157,39 @@ def _floor_sqlite(target: str, n: int, batch: int) -> float:
     return n / elapsed
 
 
+def _floor_sqlite_riding(target: str, n: int, batch: int) -> float:
+    """The SQLite floor a worker can reach: its claim must commit before its
+    handlers see the tasks, so a batch's settlement rides in the *next*
+    claim's transaction (each COMMIT writes the pages of 2 x ``batch``
+    rows, where ``_floor_sqlite`` claims and settles the same rows in one
+    transaction, touching each page once). Same statements, connection and
+    durability; the last batch settles in a transaction of its own."""
+    claim, complete = _statement("sqlite", "claim_one_queue_one_name"), _statement("sqlite", "complete_many")
+    conn = _sqlite_floor_conn(target)
+    done, riding = 0, []
+    started = time.perf_counter()
+    while True:
+        now = int(time.time() * 1000)
+        conn.execute("begin immediate")
+        if riding:
+            done += len(conn.execute(
+                complete, {"ids": json.dumps(riding), "result": None, "worker_id": "floor", "now_ms": now}
+            ).fetchall())  # fmt: skip
+        rows = conn.execute(claim, {
+            "worker_id": "floor", "lease_until_ms": now + 30_000, "now_ms": now,
+            "queue": "default", "name": "noop", "limit": batch,
+        }).fetchall() if done < n else []  # fmt: skip
+        conn.execute("commit")
+        riding = [row[0] for row in rows]
+        if not riding:
+            break
+    elapsed = time.perf_counter() - started
+    conn.close()
+    if done < n:
+        raise RuntimeError(f"the riding floor loop ran dry after {done} of {n} tasks")
+    return n / elapsed
+
+
 def _pg_positional(name: str) -> tuple[str, tuple[str, ...]]:
     """A PostgreSQL statement with psycopg's %s placeholders (named parameters
     cut out by cairnq's literal-aware splitter; no value is ever pasted in)."""
@@ -212,6 +248,16 @@ def floor_drain(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
     if dialect == "sqlite":
         return {"value": _floor_sqlite(target, n, 64), "unit": "tasks/s (bare loop, 64 a transaction)"}
     return {"value": _floor_pg(target, n, 64, 1), "unit": "tasks/s (bare loop, 64 a transaction)"}
+
+
+def floor_drain_riding(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    """SQLite: the bare loop with each batch settled in the next claim's
+    transaction, as a worker must (see ``_floor_sqlite_riding``)."""
+    if dialect != "sqlite":
+        raise SystemExit("floor_drain_riding is a SQLite floor")
+    n = o["drain_n"]
+    _drain_backlog(dialect, target, n)
+    return {"value": _floor_sqlite_riding(target, n, 64), "unit": "tasks/s (bare loop, settled with the next claim)"}
 
 
 def floor_drain_pipelined(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:

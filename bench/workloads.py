@@ -32,6 +32,7 @@ from floors import (  # noqa: E402
     limit_commit64_schema,
     floor_drain,
     floor_drain_pipelined,
+    floor_drain_riding,
     floor_get,
     floor_submit_seq,
     floor_call,
@@ -417,7 +418,7 @@ WORKLOADS: dict[str, Callable[..., Any]] = {
         drain_c8, drain_c64, drain_distinct_c64, drain_batch64, call_latency, e2e_throughput,
         drain_sleep1ms_c64, drain_sleep1ms_c256, drain_cpu1ms_c64,
         limit_commit1, limit_commit1_schema, limit_commit64, limit_commit64_schema,
-        floor_drain, floor_drain_pipelined, floor_get, floor_submit_seq, floor_call, floor_call_processes,
+        floor_drain, floor_drain_pipelined, floor_drain_riding, floor_get, floor_submit_seq, floor_call, floor_call_processes,
     )
 }  # fmt: skip
 
