@@ -81,12 +81,12 @@ async def test_a_burst_into_an_idle_fleet_wakes_about_one_claim_per_task(
     after = fleet.counts()
     claims = _claims(after) - _claims(before)
     # The leader claims on every notification, each of the 5 others on about
-    # 1 in 12: about 1.4 claims a task (55-60 here). Every notification
-    # waking every worker would be up to 6; each member that wrongly believes
-    # it leads (it read the list before the others' marks were on it, and
-    # kept believing it) adds about 1.
+    # 1 in 12: about 1.4 claims a task (55-66 in 14 runs here). Every
+    # notification waking every worker would be up to 6; each member that
+    # wrongly believes it leads (it read the list before the others' marks
+    # were on it, and kept believing it) adds about 1 (two leaders: 92-97).
     by_worker = {label: fleet.counts([label]) for label in fleet.labels}
-    assert claims <= 1.9 * tasks, (claims, after, by_worker)
+    assert claims <= 2.0 * tasks, (claims, after, by_worker)
     assert claims >= tasks / 4  # claims did run (up to 4 tasks each)
 
 
