@@ -129,29 +129,45 @@ def _drain_backlog(dialect: str, target: str, n: int) -> None:
     asyncio.run(fill())
 
 
+def _sqlite_drain_steps(
+    conn: sqlite3.Connection, batch: int
+) -> tuple[Callable[[int], list[str]], Callable[[list[str], int], int]]:
+    """The drain's two statements on ``conn``: claim up to ``batch`` tasks
+    (their ids), and settle ids with ``complete_many`` (how many settled);
+    each takes the clock (ms) its transaction reads."""
+    claim, complete = _statement("sqlite", "claim_one_queue_one_name"), _statement("sqlite", "complete_many")
+
+    def claim_ids(now: int) -> list[str]:
+        rows = conn.execute(claim, {
+            "worker_id": "floor", "lease_until_ms": now + 30_000, "now_ms": now,
+            "queue": "default", "name": "noop", "limit": batch,
+        }).fetchall()  # fmt: skip
+        return [row[0] for row in rows]
+
+    def settle(ids: list[str], now: int) -> int:
+        params = {"ids": json.dumps(ids), "result": None, "worker_id": "floor", "now_ms": now}
+        return len(conn.execute(complete, params).fetchall())
+
+    return claim_ids, settle
+
+
 def _floor_sqlite(target: str, n: int, batch: int) -> float:
     """stdlib sqlite3, one connection, WAL, synchronous=FULL (the store's
     default durability): per transaction, claim ``batch`` tasks and complete
     them with ``complete_many``, the statements a worker's drain runs."""
-    claim, complete = _statement("sqlite", "claim_one_queue_one_name"), _statement("sqlite", "complete_many")
     conn = _sqlite_floor_conn(target)
+    claim_ids, settle = _sqlite_drain_steps(conn, batch)
     done = 0
     started = time.perf_counter()
     while done < n:
         now = int(time.time() * 1000)
         conn.execute("begin immediate")
-        rows = conn.execute(claim, {
-            "worker_id": "floor", "lease_until_ms": now + 30_000, "now_ms": now,
-            "queue": "default", "name": "noop", "limit": batch,
-        }).fetchall()  # fmt: skip
-        ids = [row[0] for row in rows]
-        settled = conn.execute(
-            complete, {"ids": json.dumps(ids), "result": None, "worker_id": "floor", "now_ms": now}
-        ).fetchall()
+        ids = claim_ids(now)
+        settled = settle(ids, now)
         conn.execute("commit")
         if not ids:
             raise RuntimeError(f"the floor loop ran dry after {done} of {n} tasks")
-        done += len(settled)
+        done += settled
     elapsed = time.perf_counter() - started
     conn.close()
     return n / elapsed
@@ -160,27 +176,21 @@ def _floor_sqlite(target: str, n: int, batch: int) -> float:
 def _floor_sqlite_riding(target: str, n: int, batch: int) -> float:
     """The SQLite floor a worker can reach: its claim must commit before its
     handlers see the tasks, so a batch's settlement rides in the *next*
-    claim's transaction (each COMMIT writes the pages of 2 x ``batch``
-    rows, where ``_floor_sqlite`` claims and settles the same rows in one
-    transaction, touching each page once). Same statements, connection and
-    durability; the last batch settles in a transaction of its own."""
-    claim, complete = _statement("sqlite", "claim_one_queue_one_name"), _statement("sqlite", "complete_many")
+    claim's transaction (each COMMIT carries two batches' rows, where
+    ``_floor_sqlite`` claims and settles the same rows in one transaction).
+    Same statements, connection and durability; the last batch settles in a
+    transaction of its own."""
     conn = _sqlite_floor_conn(target)
+    claim_ids, settle = _sqlite_drain_steps(conn, batch)
     done, riding = 0, []
     started = time.perf_counter()
     while True:
         now = int(time.time() * 1000)
         conn.execute("begin immediate")
         if riding:
-            done += len(conn.execute(
-                complete, {"ids": json.dumps(riding), "result": None, "worker_id": "floor", "now_ms": now}
-            ).fetchall())  # fmt: skip
-        rows = conn.execute(claim, {
-            "worker_id": "floor", "lease_until_ms": now + 30_000, "now_ms": now,
-            "queue": "default", "name": "noop", "limit": batch,
-        }).fetchall() if done < n else []  # fmt: skip
+            done += settle(riding, now)
+        riding = claim_ids(now) if done < n else []
         conn.execute("commit")
-        riding = [row[0] for row in rows]
         if not riding:
             break
     elapsed = time.perf_counter() - started

@@ -68,8 +68,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 from cairnq.errors import StoreClosed
 from cairnq.store.loop_state import nothing_due_before, nothing_else_ready
 from cairnq.store.sqlite.file_watch import FileWatch
-from cairnq.store.sqlite.probe_stamps import note_stamp, take_stamp
 from cairnq.store.sqlite.fine_timer import FineTimer
+from cairnq.store.sqlite.probe_stamps import note_stamp, take_stamp
 from cairnq.store.sqlite.turns import HOLD_NS, WriteTurns
 
 log = logging.getLogger("cairnq.store")

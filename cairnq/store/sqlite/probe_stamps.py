@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from contextvars import ContextVar
-from typing import Hashable, Optional
+from typing import Any, Hashable, Optional
 
 __all__ = ["note_stamp", "take_stamp"]
 
@@ -29,7 +29,7 @@ Stamp = tuple[int, int]  # (our commits, the file's data_version), just before t
 class _Book:
     __slots__ = ("owner", "stamps")
 
-    def __init__(self, owner: Optional[asyncio.Task[object]]) -> None:
+    def __init__(self, owner: Optional[asyncio.Task[Any]]) -> None:
         self.owner = owner
         self.stamps: dict[tuple[Hashable, str], Stamp] = {}
 
@@ -40,7 +40,7 @@ _BOOK: ContextVar[Optional[_Book]] = ContextVar("cairnq_sqlite_probe_stamps", de
 def note_stamp(store_key: Hashable, kind: str, stamp: Stamp) -> None:
     """The current task's last read of ``kind`` on the connection ``store_key``."""
     book = _BOOK.get()
-    owner = _current_task()
+    owner = asyncio.current_task()  # (the engine reads only from coroutines on its loop)
     if book is None or book.owner is not owner:
         book = _Book(owner)
         _BOOK.set(book)
@@ -54,10 +54,3 @@ def take_stamp(store_key: Hashable, kind: str) -> Optional[Stamp]:
     if book is None:
         return None
     return book.stamps.pop((store_key, kind), None)
-
-
-def _current_task() -> Optional[asyncio.Task[object]]:
-    try:
-        return asyncio.current_task()
-    except RuntimeError:  # no running loop (a read made from a thread)
-        return None

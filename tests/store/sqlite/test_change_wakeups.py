@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Awaitable
+from typing import Any, AsyncIterator, Awaitable
 
 import pytest
 from processes import Procs
@@ -37,6 +38,18 @@ def wakeups(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     return str(request.param)
 
 
+@asynccontextmanager
+async def _two_stores(tmp_path: Path) -> AsyncIterator[tuple[SQLiteStore, SQLiteStore]]:
+    """Two stores (two connections) on one database file, closed after."""
+    path = str(tmp_path / "tasks.db")
+    first, second = SQLiteStore(path), SQLiteStore(path)
+    try:
+        yield first, second
+    finally:
+        await first.close()
+        await second.close()
+
+
 async def _seconds(aw: Awaitable[Any]) -> float:
     started = time.monotonic()
     await aw
@@ -46,9 +59,7 @@ async def _seconds(aw: Awaitable[Any]) -> float:
 async def test_task_done_wake_sees_a_completion_committed_after_the_status_read(
     tmp_path: Path,
 ) -> None:
-    path = str(tmp_path / "tasks.db")
-    waiter, worker = SQLiteStore(path), SQLiteStore(path)
-    try:
+    async with _two_stores(tmp_path) as (waiter, worker):
         task = await waiter.submit(name="echo", payload=1)
         claimed = await worker.claim(queues=["default"], worker_id="w")
         assert [t.id for t in claimed] == [task.id]
@@ -56,22 +67,14 @@ async def test_task_done_wake_sees_a_completion_committed_after_the_status_read(
         assert ref is not None and ref.status == "running"
         await worker.complete(task_id=task.id, worker_id="w", result=2)  # after the read
         assert await _seconds(waiter.task_done_wake(task.id, WAIT_MS)) < PROMPT_S
-    finally:
-        await waiter.close()
-        await worker.close()
 
 
 async def test_claim_wake_sees_a_submit_committed_after_the_probe(tmp_path: Path) -> None:
-    path = str(tmp_path / "tasks.db")
-    idle_worker, producer = SQLiteStore(path), SQLiteStore(path)
-    try:
+    async with _two_stores(tmp_path) as (idle_worker, producer):
         await producer.connect()
         assert await idle_worker.claim(queues=["default"], worker_id="w") == []  # probed: nothing
         await producer.submit(name="echo", payload=1)  # after the probe
         assert await _seconds(idle_worker.claim_wake(["default"], WAIT_MS)) < PROMPT_S
-    finally:
-        await idle_worker.close()
-        await producer.close()
 
 
 async def test_a_probe_that_waits_for_its_connection_reads_the_clock_after_waiting(
@@ -85,9 +88,7 @@ async def test_a_probe_that_waits_for_its_connection_reads_the_clock_after_waiti
     submit was taken for seen, the task for not yet due, and the worker slept
     a whole poll interval. Under CPU contention a preemption between the two
     reads did the same, about one call in a hundred.)"""
-    path = str(tmp_path / "tasks.db")
-    idle_worker, producer = SQLiteStore(path), SQLiteStore(path)
-    try:
+    async with _two_stores(tmp_path) as (idle_worker, producer):
         await idle_worker.connect()
         await producer.connect()
         engine = idle_worker._engine
@@ -101,9 +102,6 @@ async def test_a_probe_that_waits_for_its_connection_reads_the_clock_after_waiti
             assert await _seconds(idle_worker.claim_wake(["default"], WAIT_MS)) < PROMPT_S
             claimed = await idle_worker.claim(queues=["default"], worker_id="w")
         assert [t.id for t in claimed] == [task.id]
-    finally:
-        await idle_worker.close()
-        await producer.close()
 
 
 async def test_concurrent_callers_on_one_store_each_count_from_their_own_read(
@@ -113,9 +111,7 @@ async def test_concurrent_callers_on_one_store_each_count_from_their_own_read(
     task's status (running), the worker completes it, then caller B reads
     its own task's status: A's wait counts from A's read, not from B's (which
     already saw the completion and would have A sleep through it)."""
-    path = str(tmp_path / "tasks.db")
-    callers, worker = SQLiteStore(path), SQLiteStore(path)
-    try:
+    async with _two_stores(tmp_path) as (callers, worker):
         first = await callers.submit(name="echo", payload=1)
         second = await callers.submit(name="echo", payload=2)
         assert len(await worker.claim(queues=["default"], worker_id="w", limit=2)) == 2
@@ -137,9 +133,6 @@ async def test_concurrent_callers_on_one_store_each_count_from_their_own_read(
 
         a_slept, _ = await asyncio.gather(caller_a(), caller_b())
         assert a_slept < PROMPT_S
-    finally:
-        await callers.close()
-        await worker.close()
 
 
 async def test_two_claim_loops_on_one_store_each_count_from_their_own_probe(
@@ -149,9 +142,7 @@ async def test_two_claim_loops_on_one_store_each_count_from_their_own_probe(
     (nothing), a producer submits to ``a``, loop B probes ``b`` (nothing).
     A's sleep, in a task its loop starts (as the worker's idle wait is),
     counts from A's probe."""
-    path = str(tmp_path / "tasks.db")
-    shared, producer = SQLiteStore(path), SQLiteStore(path)
-    try:
+    async with _two_stores(tmp_path) as (shared, producer):
         await producer.connect()
         a_probed, b_probed = asyncio.Event(), asyncio.Event()
 
@@ -170,9 +161,6 @@ async def test_two_claim_loops_on_one_store_each_count_from_their_own_probe(
 
         a_slept, _ = await asyncio.gather(loop_a(), loop_b())
         assert a_slept < PROMPT_S
-    finally:
-        await shared.close()
-        await producer.close()
 
 
 async def test_a_wait_with_no_change_since_its_probe_still_sleeps(tmp_path: Path) -> None:
@@ -198,14 +186,12 @@ async def test_a_claim_that_took_all_there_was_counts_changes_from_its_own_commi
     once, and so must one of its own store's."""
     from cairnq.store.ports import StoreWorkerPort
 
-    path = str(tmp_path / "tasks.db")
-    worker, other = SQLiteStore(path), SQLiteStore(path)
-    port = StoreWorkerPort(worker, "w", 30_000)
+    async with _two_stores(tmp_path) as (worker, other):
+        port = StoreWorkerPort(worker, "w", 30_000)
 
-    async def take_all(draw: Any) -> Any:
-        return await draw(None, 4)
+        async def take_all(draw: Any) -> Any:
+            return await draw(None, 4)
 
-    try:
         assert port.wake_pushed  # the claim loop sleeps straight after a short claim
         for submitter in (other, worker):
             await other.submit(name="echo", payload=1)
@@ -215,9 +201,6 @@ async def test_a_claim_that_took_all_there_was_counts_changes_from_its_own_commi
             assert await _seconds(port.wake(["default"], WAIT_MS)) < PROMPT_S
             drained, _ = await port.claim(["default"], ["echo"], take_all, probe=False, single_draw=True)
             assert len(drained) == 1
-    finally:
-        await worker.close()
-        await other.close()
 
 
 ECHO_WORKER = """
