@@ -28,14 +28,17 @@ __all__ = ["Completions", "Outcome"]
 # Told of the settlement: (final status, None) or (None, the exception:
 # LostLease, or whatever the write raised).
 Outcome = Callable[[Optional[str], Optional[BaseException]], None]
-# (task id, its result as JSON text or None, who is told)
-_Waiting = tuple[str, Optional[str], Outcome]
 
 
 class Completions:
     def __init__(self, port: WorkerPort) -> None:
         self._port = port
-        self._waiting: list[_Waiting] = []
+        # What the next settlement takes, as three lists in step (task ids,
+        # their results as JSON text or None, who is told): no tuple per task,
+        # and the ids and results go to the statement as they are.
+        self._ids: list[str] = []
+        self._results: list[Optional[str]] = []
+        self._told: list[Outcome] = []
         self._pending: Optional[asyncio.Task[None]] = None  # a settlement not yet begun
         self._writing = 0  # statements on their way
 
@@ -52,7 +55,9 @@ class Completions:
         written (or refused). Raises SerializationError at once (nothing is
         queued)."""
         result_json = None if result is None else self._port.encode(result)
-        self._waiting.append((task_id, result_json, told))
+        self._ids.append(task_id)
+        self._results.append(result_json)
+        self._told.append(told)
         if self._pending is None:
             # The task's first step runs on the loop's next turn, after every
             # handler that returns in this one: it takes all their completions.
@@ -63,35 +68,33 @@ class Completions:
     @property
     def idle(self) -> bool:
         """Nothing queued or being written."""
-        return not self._waiting and not self._writing
+        return not self._ids and not self._writing
 
     def _ended(self, task: "asyncio.Task[None]") -> None:
         if self._pending is task:  # cancelled before its first step: it took nothing
             self._pending = None
             self._writing -= 1
-            waiting, self._waiting = self._waiting, []
-            for _, _, told in waiting:
+            for told in self._take()[2]:
                 told(None, asyncio.CancelledError())
 
     async def _settle(self) -> None:
         self._pending = None
-        waiting, self._waiting = self._waiting, []
+        ids, results, tolds = self._take()
         try:
-            ids = [task_id for task_id, _, _ in waiting]
-            results = [result_json for _, result_json, _ in waiting]
             try:
-                if all(r == results[0] for r in results):
-                    settled = await self._port.complete_many_deferred(ids, results[0])
+                first = results[0]
+                if results.count(first) == len(results):
+                    settled = await self._port.complete_many_deferred(ids, first)
                 else:
                     settled = await self._port.complete_each_deferred(ids, results)
             except BaseException as exc:
-                for _, _, told in waiting:
+                for told in tolds:
                     told(None, exc)
                 if not isinstance(exc, Exception):
                     raise
                 return
             get = settled.get
-            for task_id, _, told in waiting:
+            for task_id, told in zip(ids, tolds):
                 status = get(task_id)
                 if status is None:
                     told(None, LostLease(task_id))
@@ -99,6 +102,12 @@ class Completions:
                     told(status, None)
         finally:
             self._writing -= 1
+
+    def _take(self) -> tuple[list[str], list[Optional[str]], list[Outcome]]:
+        """What is queued, and a fresh queue for what comes next."""
+        taken = self._ids, self._results, self._told
+        self._ids, self._results, self._told = [], [], []
+        return taken
 
 
 def _resolve(future: "asyncio.Future[str]", status: Optional[str], exc: Optional[BaseException]) -> None:

@@ -206,7 +206,8 @@ class Worker:
         self._stop_event: Signal | None = None
         # Every call, until its tasks are settled (which may be after its
         # asyncio task ended: see execution.run_call).
-        self._calls: dict[asyncio.Task[None], _Hold] = {}
+        # The calls not yet settled, in the order started (a set: values unused).
+        self._calls: dict[_Hold, None] = {}
         self._no_calls: asyncio.Event | None = None
         self._running = 0  # calls whose handler has not returned: the concurrency count
         self._call_done: Signal | None = None
@@ -634,13 +635,14 @@ class Worker:
                 work = no_handler(settings, contexts, hold)
             task = start(work, loop=loop) if start is not None else loop.create_task(work)
             if not hold.is_settled:  # (an eager call may be over already)
-                hold.task = task
-                self._calls[task] = hold
+                if hold.is_running:  # (... or past its handler: then its task is not kept)
+                    hold.task = task
+                self._calls[hold] = None
 
     def _release(self, hold: "_Hold") -> None:
         """A call's tasks are all settled (or it was cancelled): give back
         what it held."""
-        self._calls.pop(hold.task, None)  # type: ignore[arg-type]
+        self._calls.pop(hold, None)
         held, size = hold.held, hold.size
         for resource in held:
             self._in_use[resource] -= 1
@@ -658,12 +660,12 @@ class Worker:
         """Wait until every call is settled (their handlers returned and what
         they left is written). A call cancelled before it ran is released here."""
         while self._calls:
-            running = [task for task in self._calls if not task.done()]
+            running = [hold.task for hold in self._calls if hold.task is not None and not hold.task.done()]
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
                 continue
-            for task, hold in list(self._calls.items()):
-                if task.cancelled():
+            for hold in list(self._calls):
+                if hold.task is not None and hold.task.cancelled():
                     hold.handler_done()
                     hold.settled()
             if self._calls:  # handed-off completions still on their way
@@ -720,10 +722,20 @@ class _Hold:
         """The handler is done: its concurrency slot is free (once)."""
         if self._running:
             self._running = False
+            # Its asyncio task ends within this step or writes what is left
+            # and settles the hold on its way out (``_calls_settled`` waits for
+            # that): let the task, its coroutine and its context go as soon as
+            # it ends, not one claim later with the settlement.
+            self.task = None
             worker = self._worker
             worker._running -= 1
             if worker._call_done is not None:
                 worker._call_done.set()
+
+    @property
+    def is_running(self) -> bool:
+        """Its handler has not returned yet."""
+        return self._running
 
     @property
     def is_settled(self) -> bool:

@@ -213,3 +213,61 @@ def test_serve_runs_until_stop_and_closes_an_owned_store(sqlite_backend) -> None
 
     row = asyncio.run(read())
     assert (row.status, row.result) == ("succeeded", "served")
+
+
+def _block_writes(backend, task_id: str):
+    """Take, on a connection of its own, what the completion of ``task_id``
+    must wait for (SQLite: the write lock; PostgreSQL: the task's row lock);
+    returns the function that lets go."""
+    if backend.dialect == "sqlite":
+        conn = sqlite3.connect(backend.target, isolation_level=None)
+        conn.execute("begin immediate")
+    else:
+        import psycopg
+
+        conn = psycopg.connect(backend.target)
+        conn.execute("select 1 from cairnq_tasks where id = %s for update", (task_id,))
+
+    def release() -> None:
+        conn.rollback() if backend.dialect != "sqlite" else conn.execute("rollback")
+        conn.close()
+
+    return release
+
+
+async def test_a_call_lets_go_of_its_asyncio_task_once_it_ends_not_when_its_completion_is_written(
+    backend,
+) -> None:
+    # A finished call's task, coroutine and context are freed by reference
+    # counting as soon as the call ends: a drain keeps one claim's worth of
+    # calls alive, not two (the young-generation collector stays quiet).
+    import weakref
+
+    q = backend.client()
+    w = make(backend)
+    seen: list[weakref.ref] = []
+    released: list = []
+    returned = asyncio.Event()
+
+    @w.task
+    async def quick(ctx):
+        seen.append(weakref.ref(asyncio.current_task()))
+        released.append(_block_writes(backend, ctx.task_id))
+        returned.set()
+        return "ok"
+
+    task = await q.submit("quick")
+    run = asyncio.ensure_future(w.run())
+    try:
+        await asyncio.wait_for(returned.wait(), 5)
+        for _ in range(20):
+            await asyncio.sleep(0.005)
+        assert (await q.get(task.id)).status == "running"  # the completion waits for the lock
+        assert seen[0]() is None, "the ended call's asyncio task is still referenced"
+    finally:
+        for release in released:
+            release()
+    row = await finish(q, task.id)
+    assert (row.status, row.result) == ("succeeded", "ok")
+    w.stop()
+    await asyncio.wait_for(run, 5)
