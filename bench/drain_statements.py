@@ -11,6 +11,12 @@ dispatch and the bookkeeping. No sampling profiler runs, so the wall time is
 close to an ordinary drain's; the wrapper adds a Python call per statement
 (two, for the few statements per 64 tasks).
 
+The cyclic garbage collector's passes during the drain are counted and
+timed too (``gc.callbacks``): their time is part of "the rest", spent in
+whatever allocation set them off. A drain that keeps more tracked objects
+alive at once than the young generation's threshold (700) collects about
+once per claim, finding almost nothing to free.
+
 ``--switch-interval`` sets ``sys.setswitchinterval`` first: how long a
 thread waiting for the GIL lets the running one go on (5 ms by default).
 It matters wherever a commit runs on the committer thread (see
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import gc
 import os
 import sys
 import tempfile
@@ -70,17 +77,40 @@ def _kind(sql: str) -> str:
     return head.upper() if len(head) <= 12 else head[:40]
 
 
-async def drain(db: str, concurrency: int, tasks: int, times: dict[str, list[float]]) -> float:
+class CollectorPasses:
+    """Counts and times the garbage collector's passes per generation while on."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.passes = [0, 0, 0]
+        self.spent = [0.0, 0.0, 0.0]
+        self._began = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        elif self.on:
+            generation = info["generation"]
+            self.passes[generation] += 1
+            self.spent[generation] += time.perf_counter() - self._began
+
+
+async def drain(
+    db: str, concurrency: int, tasks: int, times: dict[str, list[float]], passes: CollectorPasses
+) -> float:
     async with client(db) as q:
         await q.store.connect()
         engine = q.store._engine  # bench only: the store's one engine
         engine.conn = TimedConnection(engine.conn, _by_kind(times))
         worker, done = counting_worker(q.store, concurrency)
         started = time.perf_counter()
+        passes.on = True
         run = asyncio.ensure_future(worker.run())
         while done() < tasks:
             await asyncio.sleep(0.005)
         elapsed = time.perf_counter() - started
+        passes.on = False
         worker.stop()
         await run
         return elapsed
@@ -97,7 +127,8 @@ def main() -> None:
     db = os.path.join(tempfile.mkdtemp(prefix="cairnq-statements-"), "drain.db")
     asyncio.run(prepare_backlog(db, args.tasks))
     times: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
-    elapsed = asyncio.run(drain(db, args.concurrency, args.tasks, times))
+    passes = CollectorPasses()
+    elapsed = asyncio.run(drain(db, args.concurrency, args.tasks, times, passes))
     n = args.tasks
     in_db = sum(spent for _, spent in times.values())
     print(f"{n:,} tasks at concurrency {args.concurrency}: {n / elapsed:,.0f} tasks/s, "
@@ -107,6 +138,11 @@ def main() -> None:
         print(f"{kind:<44}{calls:>7}{spent / n * 1e6:>10.2f}{spent / calls * 1e6:>10.1f}")
     print(f"{'in the database':<44}{'':>7}{in_db / n * 1e6:>10.2f}")
     print(f"{'the rest (ours: loop, dispatch, bookkeeping)':<44}{'':>7}{(elapsed - in_db) / n * 1e6:>10.2f}")
+    for generation in range(3):
+        count, spent = passes.passes[generation], passes.spent[generation]
+        if count:
+            label = f"  of which: collector passes, generation {generation}"
+            print(f"{label:<44}{count:>7}{spent / n * 1e6:>10.2f}{spent / count * 1e6:>10.1f}")
 
 
 if __name__ == "__main__":
