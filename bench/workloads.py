@@ -203,12 +203,14 @@ async def _drain(
             if o.get("metrics") == "prometheus"
             else None
         )
+        passes = _collector_passes() if o.get("gc") == "count" else None
         started = time.perf_counter()
         run = asyncio.ensure_future(worker.run())
         await all_ran.wait()
         worker.stop()
         await run
         elapsed = time.perf_counter() - started
+        collected = passes() if passes is not None else None
         succeeded = (await q.stats())["default"]["succeeded"]
         assert succeeded == n, f"{succeeded} of {n} tasks succeeded after the worker stopped"
         if unsubscribe is not None:
@@ -222,7 +224,31 @@ async def _drain(
             exported.flush()
             spans = sum(1 for s in exported.get_finished_spans() if s.kind.name == "CONSUMER")
             assert spans >= n, spans  # every task ran in a recorded span
-        return {"value": n / elapsed, "unit": "tasks/s"}
+        out: dict[str, Any] = {"value": n / elapsed, "unit": "tasks/s"}
+        if collected is not None:
+            out["gc_passes"] = collected
+        return out
+
+
+def _collector_passes() -> Callable[[], list[int]]:
+    """The garbage collector's passes per generation from now on
+    (``--options '{"gc": "count"}'``); returns what stops counting and
+    gives the counts."""
+    import gc
+
+    passes = [0, 0, 0]
+
+    def count(phase: str, info: dict[str, Any]) -> None:
+        if phase == "stop":
+            passes[info["generation"]] += 1
+
+    gc.callbacks.append(count)
+
+    def stop() -> list[int]:
+        gc.callbacks.remove(count)
+        return passes
+
+    return stop
 
 
 def _serve_metrics(worker: Any, scrape_s: float) -> Callable[[], None]:
