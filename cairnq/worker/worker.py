@@ -204,9 +204,9 @@ class Worker:
         """What a run keeps as it goes (each run() sets up its own events)."""
         self._stopping = False
         self._stop_event: Signal | None = None
-        # Every call, until its tasks are settled (which may be after its
-        # asyncio task ended: see execution.run_call).
-        # The calls not yet settled, in the order started (a set: values unused).
+        # Every call's hold until its tasks are settled, which may be after its
+        # asyncio task ended (see execution.run_call); in the order started, a
+        # set (the values are unused).
         self._calls: dict[_Hold, None] = {}
         self._no_calls: asyncio.Event | None = None
         self._running = 0  # calls whose handler has not returned: the concurrency count

@@ -229,7 +229,7 @@ def _block_writes(backend, task_id: str):
         conn.execute("select 1 from cairnq_tasks where id = %s for update", (task_id,))
 
     def release() -> None:
-        conn.rollback() if backend.dialect != "sqlite" else conn.execute("rollback")
+        conn.rollback()  # ends the open transaction, on either driver
         conn.close()
 
     return release
