@@ -148,6 +148,7 @@ async def drain_c64(dsn: str, o: dict[str, Any]) -> dict[str, Any]:
 
 async def call_latency(dsn: str, o: dict[str, Any], mode: str) -> dict[str, Any]:
     from cairnq import CairnQ
+    from workloads import timed_calls
 
     worker = subprocess.Popen(
         [sys.executable, "-I", __file__, "serve", mode, dsn],
@@ -157,11 +158,7 @@ async def call_latency(dsn: str, o: dict[str, Any], mode: str) -> dict[str, Any]
     try:
         async with CairnQ.postgres(dsn) as q:
             await q.call("ready", timeout_ms=60_000)
-            samples = []
-            for i in range(o["calls"]):
-                started = time.perf_counter()
-                assert await q.call("echo", {"i": i}, timeout_ms=30_000) == {"i": i}
-                samples.append((time.perf_counter() - started) * 1000)
+            samples = await timed_calls(q, o["calls"])
     finally:
         worker.terminate()
         worker.wait(timeout=30)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import gc
 import os
 import sys
 import tempfile
@@ -38,6 +37,7 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from memory import client, counting_worker, prepare_backlog  # noqa: E402
+from workloads import CollectorPasses  # noqa: E402
 
 
 class TimedConnection:
@@ -77,25 +77,6 @@ def _kind(sql: str) -> str:
     return head.upper() if len(head) <= 12 else head[:40]
 
 
-class CollectorPasses:
-    """Counts and times the garbage collector's passes per generation while on."""
-
-    def __init__(self) -> None:
-        self.on = False
-        self.passes = [0, 0, 0]
-        self.spent = [0.0, 0.0, 0.0]
-        self._began = 0.0
-        gc.callbacks.append(self._callback)
-
-    def _callback(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._began = time.perf_counter()
-        elif self.on:
-            generation = info["generation"]
-            self.passes[generation] += 1
-            self.spent[generation] += time.perf_counter() - self._began
-
-
 async def drain(
     db: str, concurrency: int, tasks: int, times: dict[str, list[float]], passes: CollectorPasses
 ) -> float:
@@ -105,12 +86,12 @@ async def drain(
         engine.conn = TimedConnection(engine.conn, _by_kind(times))
         worker, done = counting_worker(q.store, concurrency)
         started = time.perf_counter()
-        passes.on = True
+        passes.start()
         run = asyncio.ensure_future(worker.run())
         while done() < tasks:
             await asyncio.sleep(0.005)
         elapsed = time.perf_counter() - started
-        passes.on = False
+        passes.stop()
         worker.stop()
         await run
         return elapsed

@@ -114,7 +114,6 @@ def limit_commit64_schema(dialect: str, target: str, o: dict[str, Any]) -> dict[
 PROTOCOL = Path(__file__).resolve().parent.parent / "protocol"
 
 
-
 def _statement(dialect: str, name: str) -> str:
     return (PROTOCOL / "sql" / dialect / f"{name}.sql").read_text()
 

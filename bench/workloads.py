@@ -13,6 +13,7 @@ SDK) live in ``bench/floors.py`` and are run by name through here too.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import statistics
@@ -203,14 +204,17 @@ async def _drain(
             if o.get("metrics") == "prometheus"
             else None
         )
-        passes = _collector_passes() if o.get("gc") == "count" else None
+        passes = CollectorPasses() if o.get("gc") == "count" else None
+        if passes is not None:
+            passes.start()
         started = time.perf_counter()
         run = asyncio.ensure_future(worker.run())
         await all_ran.wait()
         worker.stop()
         await run
         elapsed = time.perf_counter() - started
-        collected = passes() if passes is not None else None
+        if passes is not None:
+            passes.stop()
         succeeded = (await q.stats())["default"]["succeeded"]
         assert succeeded == n, f"{succeeded} of {n} tasks succeeded after the worker stopped"
         if unsubscribe is not None:
@@ -225,30 +229,36 @@ async def _drain(
             spans = sum(1 for s in exported.get_finished_spans() if s.kind.name == "CONSUMER")
             assert spans >= n, spans  # every task ran in a recorded span
         out: dict[str, Any] = {"value": n / elapsed, "unit": "tasks/s"}
-        if collected is not None:
-            out["gc_passes"] = collected
+        if passes is not None:
+            out["gc_passes"] = passes.passes
         return out
 
 
-def _collector_passes() -> Callable[[], list[int]]:
-    """The garbage collector's passes per generation from now on
-    (``--options '{"gc": "count"}'``); returns what stops counting and
-    gives the counts."""
-    import gc
+class CollectorPasses:
+    """The garbage collector's passes per generation, and the time spent in
+    them, between ``start()`` and ``stop()`` (``gc.callbacks``). A drain
+    reports them with ``--options '{"gc": "count"}'``; ``drain_statements.py``
+    prints them."""
 
-    passes = [0, 0, 0]
+    def __init__(self) -> None:
+        self.passes = [0, 0, 0]
+        self.spent = [0.0, 0.0, 0.0]
+        self._began: float | None = None
 
-    def count(phase: str, info: dict[str, Any]) -> None:
-        if phase == "stop":
-            passes[info["generation"]] += 1
+    def start(self) -> None:
+        gc.callbacks.append(self._callback)
 
-    gc.callbacks.append(count)
+    def stop(self) -> None:
+        gc.callbacks.remove(self._callback)
 
-    def stop() -> list[int]:
-        gc.callbacks.remove(count)
-        return passes
-
-    return stop
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        elif self._began is not None:  # (a pass already under way at start() is not counted)
+            generation = info["generation"]
+            self.passes[generation] += 1
+            self.spent[generation] += time.perf_counter() - self._began
+            self._began = None
 
 
 def _serve_metrics(worker: Any, scrape_s: float) -> Callable[[], None]:
@@ -411,6 +421,16 @@ async def _with_worker(dialect: str, target: str, concurrency: int, body: Callab
 CALL_WARM_UP_S = 5.0
 
 
+async def timed_calls(q: Any, n: int) -> list[float]:
+    """``n`` "echo" calls in a row, each checked; their times in ms."""
+    samples = []
+    for i in range(n):
+        started = time.perf_counter()
+        assert await q.call("echo", {"i": i}, timeout_ms=30_000) == {"i": i}
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
 async def call_latency(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
     async def body(q: Any) -> dict[str, Any]:
         # Sampled once the database is warm, as the floors are (CALL_WARM_UP).
@@ -419,12 +439,7 @@ async def call_latency(dialect: str, target: str, o: dict[str, Any]) -> dict[str
             if time.perf_counter() > warm_until:
                 break
             await q.call("echo", {"i": -1 - i}, timeout_ms=30_000)
-        samples = []
-        for i in range(o["calls"]):
-            started = time.perf_counter()
-            assert await q.call("echo", {"i": i}, timeout_ms=30_000) == {"i": i}
-            samples.append((time.perf_counter() - started) * 1000)
-        return latency(samples, "ms per call (p50)")
+        return latency(await timed_calls(q, o["calls"]), "ms per call (p50)")
 
     return await _with_worker(dialect, target, 4, body)  # type: ignore[no-any-return]
 

@@ -660,7 +660,9 @@ class Worker:
         """Wait until every call is settled (their handlers returned and what
         they left is written). A call cancelled before it ran is released here."""
         while self._calls:
-            running = [hold.task for hold in self._calls if hold.task is not None and not hold.task.done()]
+            running = [
+                hold.task for hold in self._calls if hold.task is not None and not hold.task.done()
+            ]
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
                 continue
