@@ -7,7 +7,6 @@ import logging
 import os
 import time
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from cairnq._ids import now_ms
@@ -95,23 +94,21 @@ _JSON_LISTS = frozenset(("results",))  # of JSON texts or None: strings and null
 Binder = Callable[[dict[str, Any]], dict[str, Any]]
 
 
+def _as_given(params: dict[str, Any]) -> dict[str, Any]:
+    return params
+
+
 def _make_binder(stmt: Statement) -> Binder:
     derived = [(p, _DERIVED[p]) for p in stmt.params if p in _DERIVED]
     lists = [p for p in stmt.params if p in _LISTS]
     json_lists = [p for p in stmt.params if p in _JSON_LISTS]
-    special = _LISTS | _JSON_LISTS
-    plain = tuple(p for p in stmt.params if p not in _DERIVED and p not in special)
-    pick: Callable[[dict[str, Any]], Any]
-    if len(plain) > 1:
-        pick = itemgetter(*plain)
-    elif plain:
-        only = plain[0]
-        pick = lambda params: (params[only],)  # noqa: E731 - itemgetter of one name is not a tuple
-    else:
-        pick = lambda params: ()  # noqa: E731
+    if not derived and not lists and not json_lists:
+        # Every value goes in as the caller gave it: sqlite3 looks each name
+        # up in the mapping (and ignores the rest), so no copy is needed.
+        return _as_given
 
     def bind(params: dict[str, Any]) -> dict[str, Any]:
-        out = dict(zip(plain, pick(params)))
+        out = params.copy()  # (the caller's dict keeps its own values)
         if derived:
             now = now_ms()
             for p, derive in derived:
