@@ -19,7 +19,17 @@ so a class patched while a worker runs is honoured from its next call too).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional, Protocol, Sequence
+import contextlib
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Awaitable,
+    Callable,
+    ContextManager,
+    Optional,
+    Protocol,
+    Sequence,
+)
 
 from cairnq.store.driver import Emit
 from cairnq.store.own import OWN_CHECKED, is_own, register_own
@@ -75,6 +85,12 @@ class WorkerPort(WatchPort, Protocol):
     @property
     def wake_pushed(self) -> bool:
         """News of work is pushed to ``wake`` and kept until it waits."""
+
+    def resting(self) -> ContextManager[bool]:
+        """The claim loop is about to sleep: until it leaves this block no
+        claim is coming, so deferred writes that would wait to ride with the
+        next claim go at once. Enters as True where the store does hold them
+        for a claim (SQLite), False where deferred writes never wait."""
 
     def idle_wait(
         self, queues: list[str], names: Optional[Sequence[str]], poll_interval_ms: int
@@ -186,6 +202,10 @@ class StoreWorkerPort(StoreWatchPort):
         (a wrapped or replaced claim_wake is called as 0.15.1 called it)."""
         found = getattr(self.store, name, None)
         return found if found is not None and is_own(self.store, "claim_wake") else None
+
+    def resting(self) -> ContextManager[bool]:
+        rest = getattr(self.store, "_claims_resting", None)
+        return rest() if rest is not None else contextlib.nullcontext(False)
 
     def idle_wait(
         self, queues: list[str], names: Optional[Sequence[str]], poll_interval_ms: int

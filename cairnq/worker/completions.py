@@ -41,6 +41,7 @@ class Completions:
         self._told: list[Outcome] = []
         self._pending: Optional[asyncio.Task[None]] = None  # a settlement not yet begun
         self._writing = 0  # statements on their way
+        self._idle_waiters: list[asyncio.Future[None]] = []
 
     async def complete(self, task_id: str, result: Any) -> str:
         """Settle one task; returns its final status. Raises SerializationError
@@ -70,12 +71,29 @@ class Completions:
         """Nothing queued or being written."""
         return not self._ids and not self._writing
 
+    def written(self) -> "asyncio.Future[None]":
+        """Done once nothing is queued or being written (at once if so now)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.idle:
+            future.set_result(None)
+        else:
+            self._idle_waiters.append(future)
+        return future
+
+    def _wrote(self) -> None:
+        self._writing -= 1
+        if self._idle_waiters and self.idle:
+            waiters, self._idle_waiters = self._idle_waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
     def _ended(self, task: "asyncio.Task[None]") -> None:
         if self._pending is task:  # cancelled before its first step: it took nothing
             self._pending = None
-            self._writing -= 1
             for told in self._take()[2]:
                 told(None, asyncio.CancelledError())
+            self._wrote()
 
     async def _settle(self) -> None:
         self._pending = None
@@ -101,7 +119,7 @@ class Completions:
                 else:
                     told(status, None)
         finally:
-            self._writing -= 1
+            self._wrote()
 
     def _take(self) -> tuple[list[str], list[Optional[str]], list[Outcome]]:
         """What is queued, and a fresh queue for what comes next."""

@@ -8,6 +8,7 @@ user wrapped or replaced it); see ``cairnq.store.ports``.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Awaitable
 
 from cairnq.store.base import TaskStore
@@ -45,3 +46,7 @@ class StorePort(StoreWorkerPort):
     def completions_idle(self) -> bool:
         """No completion queued or on its way."""
         return self._completions.idle
+
+    def completions_written(self) -> "asyncio.Future[None]":
+        """Done once no completion is queued or on its way."""
+        return self._completions.written()

@@ -551,7 +551,7 @@ class Worker:
                 # came back short, and slots are left): wait for news of work
                 # rather than probe at once. Only where news is pushed: a
                 # notification that lands meanwhile is kept for the wait.
-                news_of_work = await self._idle(resource_wake=True)
+                news_of_work = await self._idle(resource_wake=True, after_dispatch=bool(calls))
 
     def _report_claim(
         self, began: float, calls: Optional[Sequence[Call]], error: Optional[BaseException]
@@ -574,19 +574,29 @@ class Worker:
             return time.monotonic() >= probed_at + self._poll_interval_ms / 1000
         return due
 
-    async def _idle(self, *, resource_wake: bool) -> bool:
+    async def _idle(self, *, resource_wake: bool, after_dispatch: bool = False) -> bool:
         """Sleep until there may be work; True on news of work from the store.
         (In a fleet, the sleep lasts until news for this worker or its turn to
-        probe: see ``Worker``'s ``poll_interval_ms``.)"""
+        probe: see ``Worker``'s ``poll_interval_ms``.)
+
+        ``after_dispatch``: this claim just started calls. Where the store
+        holds deferred writes for the next claim (SQLite), none is coming now,
+        and the completions of calls that return at once are written before
+        the sleep begins: its first step (the change counter read, the file
+        watch armed) would otherwise run first and hold them back."""
         assert self._stop_event is not None and self._call_done is not None
-        wake = asyncio.ensure_future(
-            self._port.idle_wait(self._queues, self._registry.names, self._poll_interval_ms)
-        )
-        if resource_wake and self._registry.capacities:
-            self._call_done.clear()  # a finished call frees its resource units
-            await first_of(self._stop_event, self._call_done, future=wake)
-        else:
-            await first_of(self._stop_event, future=wake)
+        with self._port.resting() as writes_wait_for_claims:
+            if after_dispatch and writes_wait_for_claims:
+                await asyncio.sleep(0)  # the calls just started take their first step
+                await self._port.completions_written()
+            wake = asyncio.ensure_future(
+                self._port.idle_wait(self._queues, self._registry.names, self._poll_interval_ms)
+            )
+            if resource_wake and self._registry.capacities:
+                self._call_done.clear()  # a finished call frees its resource units
+                await first_of(self._stop_event, self._call_done, future=wake)
+            else:
+                await first_of(self._stop_event, future=wake)
         return not wake.cancelled() and wake.exception() is None and wake.result() is True
 
     def _calls_within_byte_budget(self) -> int:

@@ -82,3 +82,39 @@ async def test_a_follow_up_submitted_by_a_handler_is_claimed_at_once(backend) ->
         await asyncio.wait_for(done.wait(), 30)
     # One poll interval missed would take 5 s; a chain told in time, milliseconds a link.
     assert time.monotonic() - started < 2.5
+
+
+async def test_what_a_short_claim_returns_at_once_is_written_before_its_loop_sleeps(
+    sqlite_backend,
+) -> None:
+    """SQLite holds a worker's completions back for its next claim to carry.
+    After a claim that came back short no claim is coming: the completion of
+    a call that returned at once is written first, then the loop goes to
+    sleep (whose first step, run first, would hold that write back)."""
+    import contextlib
+    import sqlite3
+
+    q = sqlite_backend.client()
+    task = await q.submit("quick")
+    store = sqlite_backend.store()
+    seen_at_sleep: list[str] = []
+    own_wait = store._wait_for_change  # the claim loop's sleep (claim_wake stays its own)
+
+    async def wait_for_change(timeout_s, kind=None):
+        # The task's row as another connection sees it when the loop sleeps.
+        with contextlib.closing(sqlite3.connect(sqlite_backend.target)) as conn:
+            (status,) = conn.execute("select status from cairnq_tasks where id = ?", (task.id,)).fetchone()
+        seen_at_sleep.append(status)
+        return await own_wait(timeout_s, kind)
+
+    store._wait_for_change = wait_for_change
+    w = make(sqlite_backend, store=store, poll_interval_ms=2_000, concurrency=4)  # the claim comes back short
+
+    @w.task
+    async def quick(ctx):
+        return "ok"
+
+    async with w.background():
+        await eventually(lambda: seen_at_sleep, timeout=5)
+    assert seen_at_sleep[0] == "succeeded"
+    assert (await q.get(task.id)).result == "ok"

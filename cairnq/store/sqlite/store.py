@@ -6,8 +6,8 @@ import asyncio
 import logging
 import os
 import time
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator
 
 from cairnq._ids import now_ms
 from cairnq._speedups import dumps, encode_ids
@@ -338,6 +338,21 @@ class SQLiteStore(TaskStore):
             yield fetch
 
     # -- wakeups: noticing changes without re-reading tables ------------------
+
+    @contextmanager
+    def _claims_resting(self) -> Iterator[bool]:
+        """The claim loop is about to sleep (see ``WorkerPort.resting``):
+        deferred writes go at once from here, the ones waiting go now."""
+        engine = self._engine
+        if engine is None or self._closing:
+            yield False  # (connecting or closing: claim_wake sorts it out)
+            return
+        engine.flush_deferred()
+        engine.claims_asleep += 1
+        try:
+            yield True
+        finally:
+            engine.claims_asleep -= 1
 
     async def claim_wake(self, queues: list[str], timeout_ms: int) -> None:
         # The claim loop is going to sleep (its probe found nothing, or its
