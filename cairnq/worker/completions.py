@@ -41,7 +41,7 @@ class Completions:
         self._told: list[Outcome] = []
         self._pending: Optional[asyncio.Task[None]] = None  # a settlement not yet begun
         self._writing = 0  # statements on their way
-        self._idle_waiters: list[asyncio.Future[None]] = []
+        self._taken_waiters: list[asyncio.Future[None]] = []  # for the queued ones' write
 
     async def complete(self, task_id: str, result: Any) -> str:
         """Settle one task; returns its final status. Raises SerializationError
@@ -71,33 +71,30 @@ class Completions:
         """Nothing queued or being written."""
         return not self._ids and not self._writing
 
-    def written(self) -> "asyncio.Future[None]":
-        """Done once nothing is queued or being written (at once if so now)."""
+    def queued_written(self) -> "asyncio.Future[None]":
+        """Done once the completions queued now are written or refused (at
+        once if none is queued). Not the ones queued later: in a steady
+        stream there may never be a moment with none queued."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self.idle:
-            future.set_result(None)
+        if self._ids:
+            self._taken_waiters.append(future)
         else:
-            self._idle_waiters.append(future)
+            future.set_result(None)
         return future
-
-    def _wrote(self) -> None:
-        self._writing -= 1
-        if self._idle_waiters and self.idle:
-            waiters, self._idle_waiters = self._idle_waiters, []
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
 
     def _ended(self, task: "asyncio.Task[None]") -> None:
         if self._pending is task:  # cancelled before its first step: it took nothing
             self._pending = None
+            self._writing -= 1
+            waiters, self._taken_waiters = self._taken_waiters, []
             for told in self._take()[2]:
                 told(None, asyncio.CancelledError())
-            self._wrote()
+            _wake_all(waiters)
 
     async def _settle(self) -> None:
         self._pending = None
         ids, results, tolds = self._take()
+        waiters, self._taken_waiters = self._taken_waiters, []
         try:
             try:
                 first = results[0]
@@ -119,13 +116,20 @@ class Completions:
                 else:
                     told(status, None)
         finally:
-            self._wrote()
+            self._writing -= 1
+            _wake_all(waiters)
 
     def _take(self) -> tuple[list[str], list[Optional[str]], list[Outcome]]:
         """What is queued, and a fresh queue for what comes next."""
         taken = self._ids, self._results, self._told
         self._ids, self._results, self._told = [], [], []
         return taken
+
+
+def _wake_all(waiters: "list[asyncio.Future[None]]") -> None:
+    for waiter in waiters:
+        if not waiter.done():
+            waiter.set_result(None)
 
 
 def _resolve(future: "asyncio.Future[str]", status: Optional[str], exc: Optional[BaseException]) -> None:

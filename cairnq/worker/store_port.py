@@ -47,6 +47,6 @@ class StorePort(StoreWorkerPort):
         """No completion queued or on its way."""
         return self._completions.idle
 
-    def completions_written(self) -> "asyncio.Future[None]":
-        """Done once no completion is queued or on its way."""
-        return self._completions.written()
+    def queued_completions_written(self) -> "asyncio.Future[None]":
+        """Done once the completions queued now are written (or refused)."""
+        return self._completions.queued_written()

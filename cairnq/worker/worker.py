@@ -588,7 +588,7 @@ class Worker:
         with self._port.resting() as writes_wait_for_claims:
             if after_dispatch and writes_wait_for_claims:
                 await asyncio.sleep(0)  # the calls just started take their first step
-                await self._port.completions_written()
+                await self._port.queued_completions_written()
             wake = asyncio.ensure_future(
                 self._port.idle_wait(self._queues, self._registry.names, self._poll_interval_ms)
             )
