@@ -69,7 +69,9 @@ async def test_a_settlement_cancelled_before_it_began_tells_its_waiters_and_the_
     assert (await q.get(dropped.id)).status == "running"  # nothing was written for it
 
 
-async def test_waiting_for_the_queued_completions_does_not_wait_for_later_ones(backend: Any) -> None:
+async def test_waiting_for_the_queued_completions_does_not_wait_for_later_ones(
+    backend: Any,
+) -> None:
     # The claim loop waits for what its calls left before it sleeps; in a
     # steady stream of completions that wait must end with their write, not
     # when nothing at all is queued or on its way (which may never happen).

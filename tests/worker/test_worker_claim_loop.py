@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 import time
 
 from worker_kit import eventually, make
@@ -91,9 +93,6 @@ async def test_what_a_short_claim_returns_at_once_is_written_before_its_loop_sle
     After a claim that came back short no claim is coming: the completion of
     a call that returned at once is written first, then the loop goes to
     sleep (whose first step, run first, would hold that write back)."""
-    import contextlib
-    import sqlite3
-
     q = sqlite_backend.client()
     task = await q.submit("quick")
     store = sqlite_backend.store()
@@ -103,12 +102,14 @@ async def test_what_a_short_claim_returns_at_once_is_written_before_its_loop_sle
     async def wait_for_change(timeout_s, kind=None):
         # The task's row as another connection sees it when the loop sleeps.
         with contextlib.closing(sqlite3.connect(sqlite_backend.target)) as conn:
-            (status,) = conn.execute("select status from cairnq_tasks where id = ?", (task.id,)).fetchone()
+            row = conn.execute("select status from cairnq_tasks where id = ?", (task.id,)).fetchone()
+        (status,) = row
         seen_at_sleep.append(status)
         return await own_wait(timeout_s, kind)
 
     store._wait_for_change = wait_for_change
-    w = make(sqlite_backend, store=store, poll_interval_ms=2_000, concurrency=4)  # the claim comes back short
+    # Concurrency 4 for one task: the claim comes back short.
+    w = make(sqlite_backend, store=store, poll_interval_ms=2_000, concurrency=4)
 
     @w.task
     async def quick(ctx):

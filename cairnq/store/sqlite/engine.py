@@ -62,8 +62,8 @@ import sqlite3
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator
 
 from cairnq.errors import StoreClosed
 from cairnq.store.loop_state import nothing_due_before, nothing_else_ready
@@ -379,6 +379,18 @@ class SqliteEngine:
         if isinstance(handle, asyncio.TimerHandle) and not self._write_busy and not self._in_txn:
             handle.cancel()
             self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+
+    @contextmanager
+    def no_claim_coming(self) -> Iterator[None]:
+        """A claim loop sleeps (or is about to): deferred writes held for its
+        next claim transaction would wait for nothing. The ones waiting are
+        flushed now, and new ones go at once until the block ends."""
+        self.flush_deferred()
+        self.claims_asleep += 1
+        try:
+            yield
+        finally:
+            self.claims_asleep -= 1
 
     def _flush(self) -> None:
         self._flush_handle = None

@@ -347,25 +347,16 @@ class SQLiteStore(TaskStore):
         if engine is None or self._closing:
             yield False  # (connecting or closing: claim_wake sorts it out)
             return
-        engine.flush_deferred()
-        engine.claims_asleep += 1
-        try:
+        with engine.no_claim_coming():
             yield True
-        finally:
-            engine.claims_asleep -= 1
 
     async def claim_wake(self, queues: list[str], timeout_ms: int) -> None:
         # The claim loop is going to sleep (its probe found nothing, or its
-        # sources are idle): deferred writes held for its next claim
-        # transaction would wait for nothing. Send them now, and while it
-        # sleeps send new ones at once.
+        # sources are idle): no claim transaction is coming for deferred
+        # writes to ride with.
         engine = await self._connected_or_closed()
-        engine.flush_deferred()
-        engine.claims_asleep += 1
-        try:
+        with engine.no_claim_coming():
             await self._wait_for_change(timeout_ms / 1000, _CLAIM_WAIT)
-        finally:
-            engine.claims_asleep -= 1
 
     async def task_done_wake(self, task_id: str, timeout_ms: int) -> bool | None:
         await self._wait_for_change(timeout_ms / 1000, _DONE_WAIT)
