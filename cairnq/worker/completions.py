@@ -41,7 +41,10 @@ class Completions:
         self._told: list[Outcome] = []
         self._pending: Optional[asyncio.Task[None]] = None  # a settlement not yet begun
         self._writing = 0  # statements on their way
-        self._taken_waiters: list[asyncio.Future[None]] = []  # for the queued ones' write
+        # Told when a settlement ends: the next one's list (it takes what is
+        # queued), and one list per settlement on its way.
+        self._next_told: list[Callable[[], None]] = []
+        self._on_way: dict[int, list[Callable[[], None]]] = {}  # by id: lists compare equal
 
     async def complete(self, task_id: str, result: Any) -> str:
         """Settle one task; returns its final status. Raises SerializationError
@@ -72,29 +75,42 @@ class Completions:
         return not self._ids and not self._writing
 
     def queued_written(self) -> "asyncio.Future[None]":
-        """Done once the completions queued now are written or refused (at
-        once if none is queued). Not the ones queued later: in a steady
-        stream there may never be a moment with none queued."""
+        """Done once the completions queued or on their way now are written
+        or refused (at once if there are none). Not the ones queued later: in
+        a steady stream there may never be a moment with none."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        lists = list(self._on_way.values())
         if self._ids:
-            self._taken_waiters.append(future)
-        else:
+            lists.append(self._next_told)
+        left = len(lists)
+        if not left:
             future.set_result(None)
+            return future
+
+        def one_ended() -> None:
+            nonlocal left
+            left -= 1
+            if not left and not future.done():
+                future.set_result(None)
+
+        for told in lists:
+            told.append(one_ended)
         return future
 
     def _ended(self, task: "asyncio.Task[None]") -> None:
         if self._pending is task:  # cancelled before its first step: it took nothing
             self._pending = None
             self._writing -= 1
-            waiters, self._taken_waiters = self._taken_waiters, []
+            ended, self._next_told = self._next_told, []
             for told in self._take()[2]:
                 told(None, asyncio.CancelledError())
-            _wake_all(waiters)
+            _call_all(ended)
 
     async def _settle(self) -> None:
         self._pending = None
         ids, results, tolds = self._take()
-        waiters, self._taken_waiters = self._taken_waiters, []
+        ended, self._next_told = self._next_told, []
+        self._on_way[id(ended)] = ended
         try:
             try:
                 first = results[0]
@@ -117,7 +133,8 @@ class Completions:
                     told(status, None)
         finally:
             self._writing -= 1
-            _wake_all(waiters)
+            del self._on_way[id(ended)]
+            _call_all(ended)
 
     def _take(self) -> tuple[list[str], list[Optional[str]], list[Outcome]]:
         """What is queued, and a fresh queue for what comes next."""
@@ -126,10 +143,9 @@ class Completions:
         return taken
 
 
-def _wake_all(waiters: "list[asyncio.Future[None]]") -> None:
-    for waiter in waiters:
-        if not waiter.done():
-            waiter.set_result(None)
+def _call_all(callbacks: list[Callable[[], None]]) -> None:
+    for callback in callbacks:
+        callback()
 
 
 def _resolve(future: "asyncio.Future[str]", status: Optional[str], exc: Optional[BaseException]) -> None:

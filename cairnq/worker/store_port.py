@@ -48,5 +48,6 @@ class StorePort(StoreWorkerPort):
         return self._completions.idle
 
     def queued_completions_written(self) -> "asyncio.Future[None]":
-        """Done once the completions queued now are written (or refused)."""
+        """Done once the completions queued or on their way now are written
+        (or refused); not the ones queued later."""
         return self._completions.queued_written()
