@@ -184,9 +184,16 @@ class Fleet:
 
     def statements(self) -> int:
         """Statements the workers have run so far (reported every 0.2 s)."""
-        return sum(
-            sum(json.loads(path.read_text()).values()) for path in self.counts if path.exists()
-        )
+        return sum(self.statements_by_name().values())
+
+    def statements_by_name(self) -> dict[str, int]:
+        """The same, by statement name."""
+        total: dict[str, int] = {}
+        for path in self.counts:
+            if path.exists():
+                for name, n in json.loads(path.read_text()).items():
+                    total[name] = total.get(name, 0) + n
+        return total
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -250,10 +257,15 @@ def measure_loaded(
         await asyncio.sleep(0.5)  # their listeners are up too
         listening = listeners(conn)
         before = xacts(conn)
-        statements_before = fleet.statements()
+        by_name_before = fleet.statements_by_name()
         n = await produce(clients, rate, window)
         await asyncio.sleep(1.0)  # the last tasks run
-        statements = fleet.statements() - statements_before
+        by_name = {
+            name: count - by_name_before.get(name, 0)
+            for name, count in fleet.statements_by_name().items()
+            if count != by_name_before.get(name, 0)
+        }
+        statements = sum(by_name.values())
         stopped = time.monotonic()
         for q in clients:
             await q.close()
@@ -268,6 +280,7 @@ def measure_loaded(
             "per_task": total / max(1, n),
             "worker_statements_per_task": statements / max(1, n),
             "statements_per_task": (statements + n) / max(1, n),
+            "worker_statements_by_name": dict(sorted(by_name.items())),
             "listening_sessions": listening,
         }
 

@@ -34,6 +34,8 @@ from typing import (
 from cairnq.store.driver import Emit
 from cairnq.store.own import OWN_CHECKED, is_own, register_own
 
+_NOTHING: ContextManager[None] = contextlib.nullcontext()
+
 if TYPE_CHECKING:
     from cairnq.models import TaskStatus
     from cairnq.store.base import TaskStore
@@ -105,6 +107,12 @@ class WorkerPort(WatchPort, Protocol):
     ) -> Optional[bool]:
         """In a fleet: whether this worker's turn to probe has come; None when
         there is no fleet (the worker probes every ``poll_interval_ms``)."""
+
+    def saturated(self, backlog: bool) -> ContextManager[None]:
+        """The claim loop has no free slot until it leaves this block
+        (``backlog``: its last draw came back full). In a fleet, a leader
+        that stays so while there is work it has not taken calls in the
+        others (PostgreSQL)."""
 
     def leave(self) -> None:
         """The claim loop stopped: no more a member of a fleet."""
@@ -221,6 +229,13 @@ class StoreWorkerPort(StoreWatchPort):
         due = self._fleet("_fleet_probe_due")
         answer = None if due is None else due(self.worker_id, queues, names, poll_interval_ms)
         return None if answer is None else bool(answer)
+
+    def saturated(self, backlog: bool) -> ContextManager[None]:
+        saturated = self._fleet("_fleet_saturated")
+        if saturated is None:
+            return _NOTHING
+        held: ContextManager[None] = saturated(self.worker_id, backlog)
+        return held
 
     def leave(self) -> None:
         leave = getattr(self.store, "_fleet_leave", None)

@@ -122,9 +122,10 @@ class Worker:
     SQLite and on PostgreSQL while the listener is down. On PostgreSQL with
     the listener up, new work is announced (LISTEN/NOTIFY) and the idle
     workers of one database that claim the same queues and task names share
-    the looking: one of them probes every ``poll_interval_ms`` for all of
-    them, the others about every min(N, 16) intervals (N workers), and a notification of new
-    work wakes the one and a share of the others rather than every worker.
+    the looking: one of them (the leader) probes every ``poll_interval_ms``
+    for all of them and alone listens for news of work, the others about
+    every N intervals (N workers) and wait at the leader's gate,
+    which it opens when there is more work than it can take.
     ``poll_interval_ms`` is then how often that fleet probes, not each of
     its workers (see ``cairnq/store/postgres/fleet.py``).
     """
@@ -501,7 +502,8 @@ class Worker:
                 free = min(free, self._calls_within_byte_budget())
             if free <= 0:
                 self._call_done.clear()
-                await first_of(self._call_done, stop)
+                with self._port.saturated(news_of_work):
+                    await first_of(self._call_done, stop)
                 continue
             if not self._registry.claim_sources:
                 await self._idle(resource_wake=False)

@@ -3,8 +3,8 @@
 Applications may hand in their own executor (over any driver or pool); the
 store calls it only through these protocols: ``$n`` placeholder SQL with a
 positional value list, parameterless scripts through ``execute`` (simple query
-protocol), ``transaction()`` as an async context manager, and an optional
-``listen`` for push wakeups.
+protocol), ``transaction()`` as an async context manager, and the optional
+``listen`` for push wakeups and ``dedicated`` for a fleet's sessions.
 """
 
 from __future__ import annotations
@@ -56,4 +56,14 @@ class PgExecutor(PgSession, Protocol):
         ``ListenUnavailable`` when LISTEN can never work. The store looks it up
         with getattr: an executor without it (or with only this declaration,
         inherited) is polled instead."""
+        ...
+
+    async def dedicated(self, application_name: str) -> Any:
+        """Optional: one connection of its own, outside the pool, in
+        autocommit, named ``application_name`` in ``pg_stat_activity``; the
+        object answers ``query(text, values)`` (rows as tuples) and
+        ``close()``. A statement cancelled from asyncio must end on the
+        server too. Idle workers of one database form a fleet through such
+        sessions (``fleet_session.py``); without it each worker polls and
+        listens on its own."""
         ...

@@ -1,40 +1,44 @@
 """Idle workers of one database sharing the watch.
 
 Without this, every idle worker probes once per ``poll_interval_ms`` and
-every ``cairnq_queued`` notification wakes every listening worker into a
-claim: a fleet of N costs N times what one worker costs, idle or loaded.
-With the listener up, the workers that claim the same queues and task names
-of one installation (a **fleet**) share that work instead. They coordinate
-through what PostgreSQL already shows, never through notifications (on
-PostgreSQL 15 every notification costs a transaction in every listening
-session of the database, whatever its channel) nor a connection more:
+listens for ``cairnq_queued``: a fleet of N costs N times what one worker
+costs, idle or loaded, and on PostgreSQL 15 every notification, whatever its
+channel, costs a transaction in every listening session of the database. With
+the listener up, the workers that claim the same queues and task names of one
+installation (a **fleet**) share that work instead, through what PostgreSQL
+already offers, never through notifications:
 
-* each member's listening session last runs LISTEN on a channel of its own
-  (``cairnq_fleet_<key>_<worker id>``; nothing is ever sent there), so
-  ``pg_stat_activity`` lists the fleet's live members, and a killed
+* each member opens a session of its own (``fleet_session.py``) whose
+  ``application_name`` is its **mark** (``cairnq_fleet_<key>_<worker id>``),
+  so ``pg_stat_activity`` lists the fleet's live members, and a killed
   worker's session, ending, takes it off the list;
-* the member with the smallest worker id is the **leader**: it probes every
-  poll interval (expired leases, delayed tasks come due) for the fleet, and
-  claims on every notification, as a lone worker does;
-* every member takes a **turn** (reads the list: ``fleet_turn``) about every
-  ``min(size, TURN_ROUNDS)`` poll intervals (at least 2; jittered; the
-  leader every ``TURN_ROUNDS``), and the others probe once at each turn.
-  While the fleet forms, the list a member reads may still lack members
-  whose marks are on their way (two of them may each believe it leads);
-  so a member whose list changed turns again after 2 intervals, and the
-  gap doubles with each turn that finds the same list, up to the above.
-  Between turns they sleep until news of work, and claim on a notification
-  with probability ``NEWS_SHARE / size``, so a burst is shared without every
-  notification waking every worker.
+* the member with the smallest worker id is the **leader**: it alone
+  listens, claims on every notification and probes every poll interval
+  (expired leases, delayed tasks come due) for the fleet, as a lone worker
+  does, and it keeps the **gate** the others wait at. When there is more
+  work than it can take (none of its slots has been free for ``OPEN_AFTER``
+  intervals while its last claim drew full or news came) it opens the gate
+  and the others claim too;
+* every member takes a **turn**: the leader about every ``TURN_ROUNDS``
+  poll intervals, to read the list (``fleet_turn``: has a smaller id
+  come?); the others about every ``size`` intervals (at least 2), to probe
+  once, so the fleet still probes about once an interval while its leader
+  has no free slot, and they read the list at one turn in ``LIST_EVERY``
+  (turns are jittered). While the fleet forms, the list a member reads may
+  still lack members whose marks are on their way (two of them may each
+  believe it leads); so a member whose list changed turns again after 2
+  intervals, and the gap doubles with each turn that finds the same list,
+  up to the above. A member that finds the gate unkept (its leader gone,
+  or not keeping yet) polls every interval until its next turn, which
+  comes within 2 intervals and reads the list.
 
-Notifications only shorten sleeps: a notification no member claims on is
-claimed by the leader's next claim or probe (at most one poll interval) or
-the next notification's claim (which takes up to its free slots). A leader
-whose slots are all busy does not probe meanwhile; the others' turns do. A
-member that cannot see itself in the list (the role may not read other
-sessions' commands, a second worker of the same store) acts alone: it
-probes every interval and claims on every notification, as before. With
-the listener down, nothing here applies: each worker polls every interval.
+Notifications and the gate only shorten sleeps: work no member is told of is
+claimed by the leader's next probe (at most one poll interval) or a member's
+turn. A member that cannot see itself in the list (a second worker of the
+same store: the store's session carries its first member's mark only) acts
+alone: it listens, probes every interval and claims on every notification, as
+before. With the listener down, or an executor that cannot open a session of
+its own, nothing here applies: each worker polls every interval.
 """
 
 from __future__ import annotations
@@ -44,22 +48,28 @@ import hashlib
 import json
 import random
 import time
-from typing import Callable, Optional, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional, Sequence
+
+from cairnq.store.postgres.fleet_session import gate_of
 
 __all__ = [
     "Fleet",
     "FleetMember",
     "fleet_key",
     "fleet_prefix",
-    "member_channel",
+    "member_mark",
     "TURN_ROUNDS",
-    "NEWS_SHARE",
     "TURN_SPREAD",
+    "LIST_EVERY",
+    "OPEN_AFTER",
 ]
 
-TURN_ROUNDS = 16  # a member takes a turn about every min(size, 16) intervals
+TURN_ROUNDS = 16  # the leader takes a turn about every 16 intervals, the others every size
+LIST_EVERY = 4  # a member that does not lead reads the list at one turn in this many
+OPEN_AFTER = 0.05  # intervals a leader is saturated and behind before the others are called in
 TURN_SPREAD = (0.5, 1.5)  # ... drawn in this multiple of it, so turns spread out
-NEWS_SHARE = 0.5  # the members that are not the leader claim on 1 notification in 2 * size
+MARK_MAX_BYTES = 63  # PostgreSQL keeps this much of an application_name
 
 
 def fleet_key(schema: Optional[str], queues: Sequence[str], names: Optional[Sequence[str]]) -> str:
@@ -70,18 +80,20 @@ def fleet_key(schema: Optional[str], queues: Sequence[str], names: Optional[Sequ
 
 
 def fleet_prefix(key: str) -> str:
-    """The members' channels are this followed by their worker id."""
+    """The members' marks are this followed by their worker id."""
     return f"cairnq_fleet_{key}_"
 
 
-def member_channel(key: str, worker_id: str) -> Optional[str]:
-    """The channel a member's listening session announces itself by; None
-    for an id that is not ours to spell into a LISTEN (letters, digits and
-    underscores, the whole name within PostgreSQL's 63 bytes)."""
-    channel = fleet_prefix(key) + worker_id
-    if len(channel) > 63 or not all(c.isascii() and (c.isalnum() or c == "_") for c in worker_id):
+def member_mark(key: str, worker_id: str) -> Optional[str]:
+    """The application_name a member's session carries; None for an id that
+    would not survive as one (letters, digits and underscores only, the whole
+    within what PostgreSQL keeps: a longer one would be cut, and read back as
+    another member)."""
+    mark = fleet_prefix(key) + worker_id
+    spelled = all(c.isascii() and (c.isalnum() or c == "_") for c in worker_id)
+    if len(mark) > MARK_MAX_BYTES or not spelled:
         return None
-    return channel
+    return mark
 
 
 class FleetMember:
@@ -92,18 +104,25 @@ class FleetMember:
         self.key = key
         self.queues = queues
         self.interval_s = interval_s
-        self.channel = member_channel(key, worker_id)
+        self.mark = member_mark(key, worker_id)
+        self.gate = gate_of(key)
         self.leader = True  # until a turn says otherwise: alone
         self.size = 1
         self.next_turn = float("-inf")
         self.seen: tuple[str, ...] = ()  # the list its last turn read
         self.rounds = 2  # intervals to its next turn, before the spread
+        self.turns_unread = 0  # turns taken on the list read before them
+        self.recheck = False  # found the gate unkept: read the list at the next turn
         self.waiter: Optional[asyncio.Future[bool]] = None
         self.pending = False  # told of work while not waiting: kept for the next wait
+        self.saturated = False  # its worker has no free slot
+        self.behind = False  # ... and there is work it has not taken
+        self.check: Optional[asyncio.TimerHandle] = None  # whether it is still behind, soon
 
 
 class Fleet:
-    """This process's members, and which of them a notification wakes."""
+    """This process's members: who leads, when turns come, and which of them
+    news of work wakes (the leaders; see the module)."""
 
     def __init__(
         self, clock: Callable[[], float] = time.monotonic, draw: Callable[[], float] = random.random
@@ -111,6 +130,9 @@ class Fleet:
         self._clock = clock
         self._draw = draw
         self.members: dict[str, FleetMember] = {}
+        #: Called with a leader that has had no free slot, and work it has not
+        #: taken, for OPEN_AFTER intervals (the store opens the gate).
+        self.overflow: Callable[[FleetMember], None] = lambda member: None
 
     def join(
         self, worker_id: str, key: str, queues: Sequence[str], interval_s: float
@@ -130,42 +152,111 @@ class Fleet:
             _settle(member.waiter, False)
         return member
 
-    def took_turn(self, member: FleetMember, members: Sequence[str]) -> None:
-        """A turn's answer (the fleet's members, by worker id); the next
-        turn is drawn."""
+    def marked(self) -> Optional[FleetMember]:
+        """The member whose mark this process's session carries: the first
+        one that has a mark (the others act alone)."""
+        return next((m for m in self.members.values() if m.mark is not None), None)
+
+    def list_due(self, member: FleetMember) -> bool:
+        """Whether this turn reads the list. The leader's always do (has a
+        smaller id come?); the others' only now and then (``LIST_EVERY``), or
+        after finding the gate unkept: whether they lead changes only when
+        the leader goes, and its gate going unkept tells them so."""
+        if member.leader or member.recheck or not member.seen:
+            return True
+        return member.turns_unread + 1 >= LIST_EVERY
+
+    def took_turn(self, member: FleetMember, members: Optional[Sequence[str]] = None) -> None:
+        """A turn's answer (the fleet's members, by worker id; None: the list
+        was not read, the last one holds); the next turn is drawn."""
+        if members is None:
+            members = member.seen
+            member.turns_unread += 1
+        else:
+            member.turns_unread = 0
+            member.recheck = False
         present = member.id in members
         # Not in the list (not visible, or its session just started): alone.
         member.leader = not present or member.id == min(members)
         member.size = len(members) if present else 1
-        low, high = TURN_SPREAD
-        spread = low + (high - low) * self._draw()
         if not present:
             cap = 2  # look again soon
         elif member.leader:
             cap = TURN_ROUNDS
         else:
-            cap = min(max(2, member.size), TURN_ROUNDS)  # a small fleet turns more often
+            # About one of the others' turns per interval in all: they probe
+            # for the fleet while its leader has no free slot.
+            cap = max(2, member.size)
         seen = tuple(sorted(members))
         if seen != member.seen:
             member.seen, member.rounds = seen, 2  # the fleet is changing: look again soon
         else:
             member.rounds = member.rounds * 2
         member.rounds = min(member.rounds, cap)
-        member.next_turn = self._clock() + spread * member.rounds * member.interval_s
+        member.next_turn = self._clock() + self._spread() * member.rounds * member.interval_s
+
+    def gate_unkept(self, member: FleetMember) -> None:
+        """The member found nobody keeping the gate: its leader may be gone,
+        so its next turn comes within 2 intervals, and the turns after it
+        close together until the list holds again."""
+        member.rounds = 2
+        member.recheck = True
+        soon = self._clock() + self._spread() * 2 * member.interval_s
+        member.next_turn = min(member.next_turn, soon)
+
+    def _spread(self) -> float:
+        low, high = TURN_SPREAD
+        return low + (high - low) * self._draw()
 
     def turn_due(self, member: FleetMember) -> bool:
         return self._clock() >= member.next_turn
 
     def heard_queued(self, queue: str) -> None:
+        """News of work in ``queue``: the leaders of its fleets are told (and
+        those whose slots are all busy may hand it on: ``saturated``)."""
         for member in self.members.values():
-            if queue not in member.queues:
+            if not member.leader or queue not in member.queues:
                 continue
-            if member.leader or self._draw() < NEWS_SHARE / member.size:
-                waiter = member.waiter
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(True)
-                else:
-                    member.pending = True
+            waiter = member.waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(True)
+                continue
+            member.pending = True
+            if member.saturated:
+                member.behind = True
+                self._check_later(member)
+
+    @contextmanager
+    def saturated(self, member: FleetMember, backlog: bool) -> Iterator[None]:
+        """The member's worker has no free slot while in this block.
+        ``backlog``: its last draw came back full. If it leads and is behind
+        (that, or news of work heard before or meanwhile) for ``OPEN_AFTER``
+        intervals together, ``overflow`` hands the work to the others. A
+        worker whose calls end at once is never saturated that long, and
+        drains what it is told of alone."""
+        member.saturated = True
+        member.behind = backlog or member.pending
+        if member.behind and member.leader:
+            self._check_later(member)
+        try:
+            yield
+        finally:
+            member.saturated = False
+            if member.check is not None:
+                member.check.cancel()
+                member.check = None
+
+    def _check_later(self, member: FleetMember) -> None:
+        if member.check is None:
+            member.check = asyncio.get_running_loop().call_later(
+                OPEN_AFTER * member.interval_s, self._still_behind, member
+            )
+
+    def _still_behind(self, member: FleetMember) -> None:
+        member.check = None
+        if member.saturated and member.behind and member.leader:
+            member.behind = False  # handed on: news heard from now on is new
+            self.overflow(member)
 
     def release(self) -> None:
         """The listener went down: every wait ends (the workers poll)."""

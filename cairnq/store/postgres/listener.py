@@ -2,7 +2,7 @@
 
 ``cairnq_queued`` (payload: queue) and ``cairnq_done`` (payload: task id) are
 raised by the 0003 trigger for every writer, whatever its SDK (the queued
-ones also go to ``fleet``: which idle worker of a fleet they wake). Notifications
+ones also go to ``fleet``: its leaders hear them). Notifications
 only shorten sleeps; correctness never depends on them. The connection is
 started by the first wait that needs it, and listens only to the channels
 some wait needs: a store that only submits listens to nothing (every submit
@@ -64,13 +64,18 @@ class Listener:
         self._recent_done: OrderedDict[str, None] = OrderedDict()  # oldest first
         self._subscribers: list[Callable[[str, Optional[str]], None]] = []
         self.fleet = Fleet()
-        self._fleet_channel: Optional[str] = None  # see listen_fleet
         self._wanted: set[str] = set()  # of QUEUED_CHANNEL, DONE_CHANNEL: what waits need
         self._session_channels: set[str] = set()  # what the live (or starting) session listens to
 
     @property
     def connected(self) -> bool:
         return self._connected
+
+    @property
+    def available(self) -> bool:
+        """Whether LISTEN can work here at all (an executor with ``listen``
+        that never said ``ListenUnavailable``)."""
+        return not self._disabled
 
     def start(self) -> None:
         if self._disabled or self._closed:
@@ -91,15 +96,6 @@ class Listener:
     def watch_queues(self, queues: Iterable[str]) -> None:
         self._queues.update(queues)
 
-    def listen_fleet(self, channel: Optional[str]) -> None:
-        """Listen on ``channel`` too, after the others (a fleet member's mark,
-        see fleet.py; nothing is sent there): a change starts the listening
-        session over."""
-        if channel == self._fleet_channel:
-            return
-        self._fleet_channel = channel
-        self._restart()
-
     def want(self, *channels: str) -> None:
         """Listen to ``channels`` from now on (of QUEUED_CHANNEL and
         DONE_CHANNEL): starts the session, or starts it over with them added."""
@@ -114,6 +110,27 @@ class Listener:
             self._restart()
         else:
             self.start()
+
+    def drop(self, channel: str) -> None:
+        """Stop listening to ``channel`` (no wait of this store needs it now:
+        a fleet member that does not lead). The session starts over with the
+        channels still wanted, or ends when none is: a session that listens
+        pays a transaction for every notification of the database."""
+        if channel not in self._wanted:
+            return
+        self._wanted.discard(channel)
+        if self._wanted:
+            if channel in self._session_channels:
+                self._restart()
+            return
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        if self._stop is not None:
+            self._stop()
+            self._stop = None
+        self._connected = False
+        self._session_channels = set()
+        self._release_all()
 
     def _restart(self) -> None:
         """Start the listening session over (its channels changed). Waits
@@ -135,8 +152,6 @@ class Listener:
                 assert self._listen is not None
                 wanted = [c for c in (QUEUED_CHANNEL, DONE_CHANNEL) if c in self._wanted]
                 channels = wanted or [QUEUED_CHANNEL, DONE_CHANNEL]  # started with no need named
-                if self._fleet_channel is not None:
-                    channels.append(self._fleet_channel)  # last: the session's last command
                 self._session_channels = set(channels)
                 self._stop = await self._listen(channels, self._on_notify, self._on_close)
                 if not self._session_channels.issuperset(self._wanted):

@@ -25,7 +25,7 @@ from cairnq.store.validation import check_schema_name as check_schema_name
 
 log = logging.getLogger("cairnq.store")
 
-__all__ = ["create_pool_executor", "check_schema_name", "PLAIN_IDENT", "PoolExecutor"]
+__all__ = ["create_pool_executor", "check_schema_name", "PLAIN_IDENT", "PoolExecutor", "DedicatedSession"]
 
 CONNECT_TIMEOUT_S = 10
 HOT_CONNECTION_MAX_S = 60.0  # the kept connection goes back to the pool this often
@@ -145,6 +145,28 @@ class _Session:
         # No parameters and never prepared: the simple query protocol, which
         # takes several statements (and $$-quoted bodies) at once.
         await self._conn.execute(sql, prepare=False)
+
+
+class DedicatedSession:
+    """One connection of its own (``PoolExecutor.dedicated``): statements with
+    ``$n`` placeholders, never prepared (they run now and then), one at a
+    time. A statement cancelled from asyncio is cancelled on the server too
+    (psycopg sends the cancel request and waits for the statement to end)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._conn.closed)
+
+    async def query(self, text: str, values: Sequence[Any]) -> list[tuple[Any, ...]]:
+        cur = self._conn.cursor()
+        await cur.execute(text, values, prepare=False)
+        return await cur.fetchall() if _has_rows(cur) else []
+
+    async def close(self) -> None:
+        await self._conn.close()
 
 
 class PoolExecutor:
@@ -288,6 +310,20 @@ class PoolExecutor:
             closing.add_done_callback(self._closing.discard)
 
         return stop
+
+    async def dedicated(self, application_name: str) -> "DedicatedSession":
+        """A connection of its own, outside the pool, in autocommit, named
+        ``application_name`` in ``pg_stat_activity`` (passed as a connection
+        parameter, never as SQL text): a fleet member's session."""
+        psycopg = _import_psycopg()
+        conn = await psycopg.AsyncConnection.connect(
+            self._dsn,
+            autocommit=True,
+            application_name=application_name,
+            cursor_factory=psycopg.AsyncRawCursor,
+            connect_timeout=CONNECT_TIMEOUT_S,
+        )
+        return DedicatedSession(conn)
 
     async def _recover(self) -> None:
         """After a connection error: test every idle pooled connection and

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Optional
+from contextlib import asynccontextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, ContextManager, Optional
 
 from cairnq._sql import Statement, load_migrations, load_statements
 from cairnq.errors import SchemaMismatch
@@ -22,6 +22,7 @@ from cairnq.store.driver import STATEMENTS, Emit, Fetch, observed
 from cairnq.store.own import is_own, register_own
 from cairnq.store.postgres.batcher import PgWriteBatcher
 from cairnq.store.postgres.fleet import FleetMember, fleet_key, fleet_prefix
+from cairnq.store.postgres.fleet_session import FleetSession
 from cairnq.store.postgres.listener import DONE_CHANNEL, QUEUED_CHANNEL, Listener
 from cairnq.store.postgres.params import compile_template, positional_statement, selective_literal
 from cairnq.store.postgres.pool import create_pool_executor
@@ -36,6 +37,7 @@ _STATEMENTS = STATEMENTS
 __all__ = ["PostgresStore"]
 
 
+_NOTHING: ContextManager[None] = nullcontext()
 _MAX_BOUND_TEXTS = 4_096  # bound per value combination; callers could pass anything
 
 
@@ -88,6 +90,9 @@ class PostgresStore(TaskStore):
         self._rows: Callable[..., Awaitable[list[Any]]] | None = None
         self._writes: PgWriteBatcher | None = None
         self._listener: Listener | None = None
+        self._fleet_session: FleetSession | None = None
+        self._news_for: set[str] = set()  # workers whose waits need news of work (see _news_wanted)
+        self._closing: set[asyncio.Task[None]] = set()  # fleet sessions on their way out
         self._connect_lock: asyncio.Lock | None = None
         self._wakeable: set[str] = set()
         #: Migrations the last connect applied (file names); empty when none were due.
@@ -131,6 +136,8 @@ class PostgresStore(TaskStore):
             self._writes = PgWriteBatcher(executor, self._rows)
             # Started by the first wait that needs it (see listener.py).
             self._listener = Listener(executor, self._dsn_for_listen())
+            self._fleet_session = FleetSession(executor, self._bind)
+            self._listener.fleet.overflow = self._fleet_overflow
             self._executor = executor
         self._start_sweeper()
         return executor
@@ -191,6 +198,11 @@ class PostgresStore(TaskStore):
         if self._listener is not None:
             self._listener.stop()
             self._listener = None
+        session, self._fleet_session = self._fleet_session, None
+        if session is not None:
+            await session.close()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
         if self._writes is not None:
             await self._writes.drain()
             self._writes = None
@@ -339,40 +351,83 @@ class PostgresStore(TaskStore):
     # -- the fleet of idle workers (see fleet.py) ----------------------------------------
 
     def _fleet_member(self, worker_id: str, queues: list[str], names: Any, interval_ms: int) -> FleetMember | None:
-        """This worker as a member of its fleet, while the listener is up; else None."""
-        listener = self._listener
-        if listener is None or not listener.connected:
+        """This worker as a member of its fleet, once its session is up; None
+        while it acts alone (no listener, no session of its own, or a second
+        worker of this store: the session carries one mark)."""
+        listener, session = self._listener, self._fleet_session
+        if listener is None or not listener.available or session is None or not session.available:
             return None
+        fleet = listener.fleet
+        marked = fleet.marked()
+        if marked is not None and marked.id != worker_id:
+            return None  # the session carries another worker's mark
         key = fleet_key(self.schema, queues, None if names is None else list(names))
-        member = listener.fleet.join(worker_id, key, queues, interval_ms / 1000)
-        marked = [m for m in listener.fleet.members.values() if m.channel is not None]
-        if marked and marked[0] is member:  # one mark per listening session: the first member's
-            listener.listen_fleet(member.channel)
-        return member
+        member = fleet.join(worker_id, key, queues, interval_ms / 1000)
+        if member.mark is None:  # an id no mark can spell: alone
+            fleet.leave(worker_id)
+            return None
+        session.start(member.mark)  # (no-op once up with this mark)
+        return member if session.up else None
+
+    def _news_wanted(self, worker_id: str, wanted: bool) -> None:
+        """Whether this worker's waits need news of work (it leads or acts
+        alone) or not (it waits at its fleet's gate). The listening session
+        stops listening for it once no worker of this store needs it."""
+        if wanted:
+            self._news_for.add(worker_id)
+            return
+        self._news_for.discard(worker_id)
+        if not self._news_for and self._listener is not None:
+            self._listener.drop(QUEUED_CHANNEL)
 
     async def _fleet_wait(self, worker_id: str, queues: list[str], names: Any, interval_ms: int) -> bool | None:
         """A worker's idle wait. In a fleet: the leader waits up to a poll
-        interval for news, as a lone worker does; the others until news that
-        falls to them or their next turn (the caller probes after a wait
-        that ends without news). Otherwise ``claim_wake``."""
+        interval for news, as a lone worker does; the others at the gate,
+        until the leader opens it or their next turn (the caller probes after
+        a wait that ends without news). Otherwise ``claim_wake``."""
         member = self._fleet_member(worker_id, queues, names, interval_ms)
-        listener = self._listener
-        if member is None or listener is None or not listener.connected:
-            # The listener is down (poll; a member stays one), or starting over
-            # (a first mark does that): claim_wake waits for it to be back.
+        listener, session = self._listener, self._fleet_session
+        if member is None or listener is None or session is None:
+            self._news_wanted(worker_id, True)
             return await self.claim_wake(queues, interval_ms)
-        session = listener.sessions
         fleet = listener.fleet
+        began = listener.sessions
         if fleet.turn_due(member):
-            rows = await self._fetch("fleet_turn", {"prefix": fleet_prefix(member.key)})
-            fleet.took_turn(member, [row[0] for row in rows])
-            if listener.sessions != session or not listener.connected:
-                # The session started over during the read: what was raised
-                # in between went unheard, and its return ended no wait of
-                # ours. The caller probes.
+            if fleet.list_due(member):
+                rows = await self._fetch("fleet_turn", {"prefix": fleet_prefix(member.key)})
+                fleet.took_turn(member, [row[0] for row in rows])
+            else:
+                fleet.took_turn(member)  # the list last read holds
+            try:
+                if member.leader:
+                    await session.keep(member.gate)
+                else:
+                    await session.let_go()
+            except Exception:
+                log.debug("fleet gate: the session failed, acting alone", exc_info=True)
+        if member.leader:
+            self._news_wanted(worker_id, True)
+            listener.watch_queues(queues)
+            listener.want(QUEUED_CHANNEL)
+            if not listener.connected:
+                # Not listening (yet, or any more): claim_wake waits for the
+                # session to be back, and the caller probes.
+                return await self.claim_wake(queues, interval_ms)
+            if listener.sessions != began:
+                # The session started over during the turn's read: what was
+                # raised in between went unheard. The caller probes.
                 return False
-        until = time.monotonic() + member.interval_s if member.leader else member.next_turn
-        return await fleet.wait(member, until - time.monotonic())
+            return await fleet.wait(member, member.interval_s)
+        self._news_wanted(worker_id, False)
+        outcome = await session.wait(member.gate, member.next_turn - time.monotonic())
+        if outcome == "opened":
+            return True
+        if outcome == "unkept":
+            # The leader is gone, or not keeping yet: poll until a turn, soon.
+            fleet.gate_unkept(member)
+            until_turn = max(0.0, member.next_turn - time.monotonic())
+            await asyncio.sleep(min(member.interval_s, until_turn))
+        return False  # its turn (or no session: the next wait acts alone)
 
     def _fleet_probe_due(self, worker_id: str, queues: list[str], names: Any, interval_ms: int) -> bool | None:
         """Whether a worker told of work probes first all the same: None (the
@@ -383,14 +438,38 @@ class PostgresStore(TaskStore):
             return None
         return False
 
-    def _fleet_leave(self, worker_id: str) -> None:
-        """The worker's claim loop stopped (or its listener is down): out of
-        the fleet, and its mark off the listening session."""
+    def _fleet_saturated(self, worker_id: str, backlog: bool) -> ContextManager[None]:
+        """The worker has no free slot while in this block (``backlog``: its
+        last draw came back full): if it leads a fleet and stays behind a
+        while, the gate opens for the others (fleet.py, ``Fleet.saturated``)."""
         listener = self._listener
-        if listener is None or listener.fleet.leave(worker_id) is None:
+        member = None if listener is None else listener.fleet.members.get(worker_id)
+        if listener is None or member is None or not member.leader:
+            return _NOTHING
+        return listener.fleet.saturated(member, backlog)
+
+    def _fleet_overflow(self, member: FleetMember) -> None:
+        if self._fleet_session is not None:
+            self._fleet_session.open(member.interval_s)
+
+    def _fleet_leave(self, worker_id: str) -> None:
+        """The worker's claim loop stopped: out of the fleet. If it carried
+        the session's mark, the session goes (its gate with it: the others
+        look for a new leader); the next member, if any, opens its own."""
+        self._news_for.discard(worker_id)
+        listener, session = self._listener, self._fleet_session
+        if listener is None:
             return
-        marked = [m for m in listener.fleet.members.values() if m.channel is not None]
-        listener.listen_fleet(marked[0].channel if marked else None)
+        fleet = listener.fleet
+        marked = fleet.marked()
+        if fleet.leave(worker_id) is None:
+            return
+        if session is not None and marked is not None and marked.id == worker_id:
+            self._fleet_session = FleetSession(self._executor, self._bind)
+            fleet.overflow = self._fleet_overflow
+            closing = asyncio.get_running_loop().create_task(session.close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
 
     async def task_done_wake(self, task_id: str, timeout_ms: int) -> bool | None:
         """Sleep up to ``timeout_ms``; returns True early when told the task finished."""

@@ -1,12 +1,10 @@
 -- A fleet member's turn (cairnq/store/postgres/fleet.py): which members are
--- there. Each member's listening session last ran LISTEN on a channel of its
--- own, named :prefix || <worker id> (its only trace: nothing is ever sent
--- there), so the sessions of the database whose last command starts with
--- 'listen "' || :prefix are the fleet, alive; a killed worker's session ends
--- and it is gone. Sessions this role may not see (pg_stat_activity hides
--- other roles' commands) are not counted: a member that does not find itself
--- acts alone.
-select substr(query, length(:prefix) + 9, length(query) - length(:prefix) - 9) as member
+-- there. Each member's fleet session (a connection of its own) carries the
+-- mark :prefix || <worker id> as its application_name, so the sessions of the
+-- database named so are the fleet, alive; a killed worker's session ends and
+-- it is gone. pg_stat_activity shows every role's application_name, so
+-- members running as different roles still see each other.
+select substr(application_name, length(:prefix) + 1) as member
 from pg_stat_activity
 where datname = current_database()
-  and left(query, length(:prefix) + 8) = 'listen "' || :prefix
+  and left(application_name, length(:prefix)) = :prefix

@@ -1,6 +1,7 @@
-"""The fleet's bookkeeping (cairnq/store/postgres/fleet.py) on its own: which
-notifications wake which member, when turns come. A clock and a draw of our
-own; no database (tests/worker/test_worker_fleet.py runs the real thing)."""
+"""The fleet's bookkeeping (cairnq/store/postgres/fleet.py) on its own: who
+leads, which members news of work reaches, when turns come. A clock and a
+draw of our own; no database (tests/store/postgres/test_pg_fleet.py and
+tests/worker/test_worker_fleet.py run the real thing)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cairnq.store.postgres.fleet import (
-    NEWS_SHARE,
+    OPEN_AFTER,
     TURN_ROUNDS,
     TURN_SPREAD,
     Fleet,
+    FleetMember,
     fleet_key,
     fleet_prefix,
-    member_channel,
+    member_mark,
 )
+from cairnq.store.postgres.fleet_session import gate_of
 
 QUEUES = ["default"]
 
@@ -58,40 +61,81 @@ def test_the_key_is_that_of_one_installation_and_one_set_of_queues_and_names() -
     assert fleet_key(None, ["a"], None) != fleet_key(None, ["a"], [])
 
 
-def test_the_leader_is_told_of_every_notification_the_others_of_a_share() -> None:
-    draws = Draws(0.0, 0.99)  # for the others: claim, pass, claim, pass...
-    fleet = Fleet(Clock(), draws)
+def test_news_of_work_reaches_the_leaders_only() -> None:
+    fleet = Fleet(Clock(), Draws(0.5))
     members = ["a-lead", "b", "c", "other"]
     leader = fleet.join("a-lead", "k1", QUEUES, 0.5)
     other = fleet.join("other", "k2", QUEUES, 0.5)
     fleet.took_turn(leader, members)
-    draws.i = 0
     fleet.took_turn(other, members)
-    draws.i = 0
     assert leader.leader and not other.leader and other.size == 4
-    results = []
-    for _ in range(6):
+    for _ in range(3):
         fleet.heard_queued("default")
-        results.append((told(fleet, "a-lead"), told(fleet, "other")))
-    assert all(lead for lead, _ in results)
-    assert sum(o for _, o in results) == 3  # the draws, against NEWS_SHARE / 4
+        assert told(fleet, "a-lead") and not told(fleet, "other")
     fleet.heard_queued("elsewhere")
-    assert not told(fleet, "a-lead") and not told(fleet, "other")
+    assert not told(fleet, "a-lead")
 
 
-def test_the_others_claim_on_about_one_notification_in_two_times_the_fleet() -> None:
-    import random
+async def test_a_leader_saturated_and_behind_a_while_calls_in_the_others() -> None:
+    interval = 0.2  # OPEN_AFTER of it: 10 ms
+    fleet = Fleet(draw=Draws(0.5))
+    called: list[str] = []
+    fleet.overflow = lambda member: called.append(member.id)
+    leader = fleet.join("a", "k", QUEUES, interval)
+    other = fleet.join("b", "k2", QUEUES, interval)
+    fleet.took_turn(leader, ["a", "b"])
+    fleet.took_turn(other, ["a", "b"])
+    after = OPEN_AFTER * interval
 
-    fleet = Fleet(Clock(), random.Random(7).random)
-    ids = [f"w{i:02}" for i in range(25)]  # w00 leads, elsewhere
-    members = [fleet.join(i, "k", QUEUES, 0.5) for i in ids[1:]]
-    for member in members:
-        fleet.took_turn(member, ids)
-    wakes = 0
-    for _ in range(2_000):
-        fleet.heard_queued("default")
-        wakes += sum(told(fleet, m.id) for m in members)
-    assert 0.7 * NEWS_SHARE * 2_000 < wakes < 1.3 * NEWS_SHARE * 2_000
+    with fleet.saturated(leader, backlog=False):  # no free slot, nothing untaken
+        await asyncio.sleep(3 * after)
+    assert called == []
+    with fleet.saturated(leader, backlog=True):  # its draw came back full, but
+        await asyncio.sleep(after / 5)  # a slot frees at once: it keeps up alone
+    await asyncio.sleep(2 * after)
+    assert called == []
+    with fleet.saturated(leader, backlog=True):  # ... and stays full
+        await asyncio.sleep(3 * after)
+    assert called == ["a"]  # once per stretch of being behind
+    with fleet.saturated(leader, backlog=False):
+        await asyncio.sleep(after / 2)
+        fleet.heard_queued("default")  # news while saturated
+        await asyncio.sleep(3 * after)
+        assert called == ["a", "a"]
+        fleet.heard_queued("default")  # more news, still saturated: again
+        await asyncio.sleep(3 * after)
+    assert called == ["a", "a", "a"]
+    assert told(fleet, "a")  # the news is kept for the leader too
+    with fleet.saturated(other, backlog=True):  # one that does not lead never calls
+        await asyncio.sleep(3 * after)
+    assert called == ["a", "a", "a"]
+
+
+def test_a_member_that_finds_the_gate_unkept_turns_within_two_intervals() -> None:
+    clock = Clock()
+    fleet = Fleet(clock, Draws(1.0))  # the longest spread
+    member = fleet.join("b", "k", QUEUES, 0.5)
+    many = ["a", "b", "c", "d", "e"]
+    for _ in range(4):
+        fleet.took_turn(member, many)
+    assert member.next_turn - clock.now == TURN_SPREAD[1] * 5 * 0.5
+    fleet.gate_unkept(member)
+    assert member.next_turn - clock.now == TURN_SPREAD[1] * 2 * 0.5
+    clock.now = member.next_turn
+    fleet.took_turn(member, many)  # the same list: the gaps widen again from 2
+    assert member.next_turn - clock.now == TURN_SPREAD[1] * 4 * 0.5
+    fleet.gate_unkept(member)
+    fleet.gate_unkept(member)  # never later than it was
+    assert member.next_turn - clock.now == TURN_SPREAD[1] * 2 * 0.5
+
+
+def test_each_fleet_has_a_gate_of_its_own_in_32_bits() -> None:
+    keys = {fleet_key(None, [f"q{i}"], None) for i in range(2_000)}
+    gates = {gate_of(k) for k in keys}
+    assert len(gates) == len(keys)
+    assert all(-(2**31) <= g < 2**31 for g in gates)
+    assert gate_of("k") == gate_of("k") != gate_of("k2")
+    assert FleetMember("w", "0a0b0c0d", frozenset(QUEUES), 0.5).gate == gate_of("0a0b0c0d")
 
 
 def test_a_member_missing_from_the_list_acts_alone_and_looks_again_soon() -> None:
@@ -134,20 +178,20 @@ def test_two_members_that_each_believed_they_lead_agree_within_a_few_intervals()
     assert a.leader and not b.leader
 
 
-def test_a_members_channel_is_ours_to_spell() -> None:
-    assert member_channel("0a0b0c0d", "worker_01ABC") == fleet_prefix("0a0b0c0d") + "worker_01ABC"
-    for odd in ['w"; drop table x; --', "w x", "é", "w" * 60, ""]:
+def test_a_members_mark_is_ours_to_spell() -> None:
+    assert member_mark("0a0b0c0d", "worker_01ABC") == fleet_prefix("0a0b0c0d") + "worker_01ABC"
+    for odd in ['w"; drop table x; --', "w x", "é", "w" * 60, "w'", "w%", ""]:
         if odd:
-            assert member_channel("0a0b0c0d", odd) is None, odd
+            assert member_mark("0a0b0c0d", odd) is None, odd
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text())
-def test_a_members_channel_never_spells_hostile_text(worker_id: str) -> None:
-    channel = member_channel("0a0b0c0d", worker_id)
-    if channel is not None:
-        assert channel == fleet_prefix("0a0b0c0d") + worker_id and len(channel) <= 63
-        assert all(c.isascii() and (c.isalnum() or c == "_") for c in channel)
+def test_a_members_mark_never_spells_hostile_text(worker_id: str) -> None:
+    mark = member_mark("0a0b0c0d", worker_id)
+    if mark is not None:
+        assert mark == fleet_prefix("0a0b0c0d") + worker_id and len(mark.encode()) <= 63
+        assert all(c.isascii() and (c.isalnum() or c == "_") for c in mark)
 
 
 def test_turns_come_about_every_turn_rounds_intervals_spread_out() -> None:
@@ -160,9 +204,16 @@ def test_turns_come_about_every_turn_rounds_intervals_spread_out() -> None:
     for _ in range(3):  # settling in: 2, 4, 8 intervals
         fleet.took_turn(member, many)
     fleet.took_turn(member, many)
-    assert member.next_turn == clock.now + TURN_SPREAD[1] * TURN_ROUNDS * 0.5
+    assert member.next_turn == clock.now + TURN_SPREAD[1] * 16 * 0.5
+    fleet.took_turn(member, many)  # one of 30 others: about every 31 intervals
+    assert member.next_turn == clock.now + TURN_SPREAD[0] * 31 * 0.5
     fleet.took_turn(member, many)
-    assert member.next_turn == clock.now + TURN_SPREAD[0] * TURN_ROUNDS * 0.5
+    assert member.next_turn == clock.now + TURN_SPREAD[1] * 31 * 0.5
+    lead = fleet.join("a", "k", QUEUES, 0.5)  # the leader: every TURN_ROUNDS at most
+    for _ in range(6):
+        fleet.took_turn(lead, many)
+    gap = lead.next_turn - clock.now
+    assert gap in (TURN_SPREAD[0] * TURN_ROUNDS * 0.5, TURN_SPREAD[1] * TURN_ROUNDS * 0.5)
     small = ["a", "b", "w"]
     for _ in range(3):
         draws.i = 0
@@ -176,6 +227,25 @@ def test_turns_come_about_every_turn_rounds_intervals_spread_out() -> None:
     assert not fleet.turn_due(member)
     clock.now = member.next_turn
     assert fleet.turn_due(member)
+
+
+def test_the_others_read_the_list_at_one_turn_in_four_or_after_finding_the_gate_unkept() -> None:
+    clock = Clock()
+    fleet = Fleet(clock, Draws(0.5))
+    member = fleet.join("b", "k", QUEUES, 0.5)
+    assert fleet.list_due(member)  # nothing read yet
+    fleet.took_turn(member, ["a", "b", "c"])
+    reads = []
+    for _ in range(8):
+        due = fleet.list_due(member)
+        reads.append(due)
+        fleet.took_turn(member, ["a", "b", "c"] if due else None)
+    assert reads == [False, False, False, True] * 2
+    assert not member.leader and member.size == 3  # as last read
+    fleet.gate_unkept(member)
+    assert fleet.list_due(member)
+    fleet.took_turn(member, ["b", "c"])  # "a" is gone: it leads, and always reads
+    assert member.leader and fleet.list_due(member)
 
 
 def test_a_member_joining_again_with_other_queues_or_interval_starts_afresh() -> None:
