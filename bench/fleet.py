@@ -16,8 +16,12 @@ For each fleet size N, against a fresh database: N real worker processes
   writes were grouped), and ``all tx/task``: every transaction of the
   database until the producers and the fleet have closed, which also counts
   what the listening sessions spent reading notifications (see
-  ``listeners()``). The rate reached is printed too (a 2-core machine does
-  not reach 200 tasks/s with 12 or more worker processes);
+  ``listeners()``). The rate reached is printed too;
+* **burst**: ``--burst`` tasks whose handlers wait 10 ms, submitted at once
+  into the idle fleet (a few group commits, so a few notifications): tasks/s
+  until all have run, how many workers ran some, the workers' statements
+  per task (a fleet that leaves a backlog to one worker drains it at that
+  worker's pace: 4 slots of 10 ms, 400/s);
 * **recovery**: how long after its lease expired a task is run again (a
   process claims it, with a 1 s lease, and is SIGKILLed; the claim is taken
   from a queue nobody serves and the row moved to the served queue while it
@@ -31,7 +35,7 @@ second while busy, up to 10 s after it goes idle, and, if it only listens,
 when it ends: the idle window starts after a warm-up of 11 s, and the loaded
 count runs until every session has ended, less the idle fleet's rate over
 that tail. Recovery runs before the load (the load ends with the fleet
-stopped).
+stopped), and the burst before both.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from cairnq import Worker, events
 
 ARGS = json.loads(sys.argv[1])
 COUNTS = collections.Counter()  # statements this worker ran, by name (each its own transaction, or fewer)
+RAN = "ran:sleep10"  # (not a statement: the burst's tasks it ran)
 events.subscribe(lambda e: COUNTS.__setitem__(e.name, COUNTS[e.name] + 1), ["statement"])
 
 async def report():
@@ -77,6 +82,11 @@ async def main():
     @worker.task("noop")
     async def noop(ctx, payload):
         return None
+
+    @worker.task("sleep10")
+    async def sleep10(ctx, payload):  # the burst's: 10 ms of waiting on something
+        COUNTS[RAN] += 1
+        await asyncio.sleep(0.01)
 
     @worker.task("stamp")
     async def stamp(ctx, payload):
@@ -192,8 +202,16 @@ class Fleet:
         for path in self.counts:
             if path.exists():
                 for name, n in json.loads(path.read_text()).items():
-                    total[name] = total.get(name, 0) + n
+                    if not name.startswith("ran:"):
+                        total[name] = total.get(name, 0) + n
         return total
+
+    def burst_runs(self) -> list[int]:
+        """Burst tasks each worker has run so far."""
+        return [
+            json.loads(path.read_text()).get("ran:sleep10", 0) if path.exists() else 0
+            for path in self.counts
+        ]
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -283,6 +301,49 @@ def measure_loaded(
             "worker_statements_by_name": dict(sorted(by_name.items())),
             "listening_sessions": listening,
         }
+
+    return asyncio.run(run())
+
+
+def measure_burst(dsn: str, tasks: int, fleet: Fleet) -> dict[str, Any]:
+    """A backlog at once: ``tasks`` tasks whose handlers wait 10 ms,
+    submitted together (one client's group commits: a handful of
+    notifications), into the idle fleet. How long until all have run, how
+    many workers ran some, and the workers' statements per task: a fleet
+    that leaves a backlog to one worker drains it at that worker's pace."""
+    from cairnq import CairnQ
+
+    async def run() -> dict[str, Any]:
+        async with CairnQ.postgres(dsn) as q:
+            await q.stats()
+            await asyncio.sleep(1.0)  # counts reported
+            runs_before = fleet.burst_runs()
+            by_name_before = fleet.statements_by_name()
+            began = time.monotonic()
+            for at in range(0, tasks, 500):
+                await asyncio.gather(
+                    *(q.submit("sleep10", {"i": i}) for i in range(at, min(tasks, at + 500)))
+                )
+            while (await q.stats()).get("default", {}).get("succeeded", 0) < tasks:
+                await asyncio.sleep(0.01)
+            took = time.monotonic() - began
+            await asyncio.sleep(0.5)  # counts reported
+            ran = [after - before for after, before in zip(fleet.burst_runs(), runs_before)]
+            by_name = {
+                name: count - by_name_before.get(name, 0)
+                for name, count in fleet.statements_by_name().items()
+                if count != by_name_before.get(name, 0)
+            }
+            statements = sum(by_name.values())
+            return {
+                "tasks": tasks,
+                "seconds": round(took, 3),
+                "tasks_per_s": tasks / took,
+                "workers_that_ran": sum(1 for n in ran if n),
+                "worker_statements_per_task": statements / tasks,
+                "worker_statements_by_name": dict(sorted(by_name.items())),
+                "ran_by_worker": ran,
+            }
 
     return asyncio.run(run())
 
@@ -397,12 +458,13 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
             "seconds": round(idle_s, 2),
             "per_worker_s": idle_tx / idle_s / n,
         }
+        burst = measure_burst(dsn, args.burst, fleet) if args.burst else None
         recovery = measure_recovery(dsn, args.samples, logdir)
         settle_stats(conn)
         # Last: it ends with the fleet stopped (its sessions' counts land).
         loaded = measure_loaded(conn, dsn, args.rate, args.window, idle_tx / idle_s, fleet)
         conn.close()
-        return {"workers": n, "idle": idle, "loaded": loaded, "recovery": recovery}
+        return {"workers": n, "idle": idle, "loaded": loaded, "recovery": recovery, "burst": burst}
     finally:
         if fleet is not None:
             fleet.stop()
@@ -430,6 +492,9 @@ def main() -> None:
         "--samples", type=int, default=4, help="expired leases and delayed tasks each"
     )
     parser.add_argument("--poll-interval-ms", type=int, default=None, help="default: the Worker's")
+    parser.add_argument(
+        "--burst", type=int, default=2_000, help="tasks of 10 ms submitted at once (0: none)"
+    )
     parser.add_argument("--json", metavar="FILE", default=None)
     args = parser.parse_args()
     results = []
@@ -440,6 +505,7 @@ def main() -> None:
     print(
         f"{'workers':>7}  {'idle tx/s/worker':>16}  {'tasks/s':>7}  {'stmts/task':>10}  "
         f"{'all tx/task':>19}  {'lease recovery ms (med/max)':>27}  {'due ms (med/max)':>16}"
+        f"  {'burst tasks/s (workers, stmts/task)':>35}"
     )
     for r in results:
         rec, loaded = r["recovery"], r["loaded"]
@@ -447,9 +513,14 @@ def main() -> None:
         delayed = f"{_median(rec['delayed_ms'])}/{max(rec['delayed_ms'], default='-')}"
         lost = f" ({rec['lost']} not run)" if rec["lost"] else ""
         every = f"{loaded['per_task']:.1f} ({loaded['listening_sessions']} lsn)"
+        b = r["burst"]
+        burst = "-" if b is None else (
+            f"{b['tasks_per_s']:.0f} ({b['workers_that_ran']}, {b['worker_statements_per_task']:.2f})"
+        )
         print(
             f"{r['workers']:>7}  {r['idle']['per_worker_s']:>16.2f}  {loaded['rate']:>7.0f}  "
-            f"{loaded['statements_per_task']:>10.2f}  {every:>19}  {lease:>27}  {delayed:>16}{lost}"
+            f"{loaded['statements_per_task']:>10.2f}  {every:>19}  {lease:>27}  {delayed:>16}"
+            f"  {burst:>35}{lost}"
         )
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))

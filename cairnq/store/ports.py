@@ -34,7 +34,10 @@ from typing import (
 from cairnq.store.driver import Emit
 from cairnq.store.own import OWN_CHECKED, is_own, register_own
 
-_NOTHING: ContextManager[None] = contextlib.nullcontext()
+
+
+def _ignore(worker_id: str, full: bool) -> None:
+    """A store with no fleet: what its claims drew is nobody's concern."""
 
 if TYPE_CHECKING:
     from cairnq.models import TaskStatus
@@ -108,11 +111,10 @@ class WorkerPort(WatchPort, Protocol):
         """In a fleet: whether this worker's turn to probe has come; None when
         there is no fleet (the worker probes every ``poll_interval_ms``)."""
 
-    def saturated(self, backlog: bool) -> ContextManager[None]:
-        """The claim loop has no free slot until it leaves this block
-        (``backlog``: its last draw came back full). In a fleet, a leader
-        that stays so while there is work it has not taken calls in the
-        others (PostgreSQL)."""
+    def claimed(self, full: bool) -> None:
+        """A claim came back: ``full`` (a draw got all it asked for: more may
+        be due) or short. In a fleet, a leader whose claims stay full a while
+        calls in the others (PostgreSQL)."""
 
     def leave(self) -> None:
         """The claim loop stopped: no more a member of a fleet."""
@@ -170,6 +172,7 @@ class StoreWorkerPort(StoreWatchPort):
         super().__init__(store)
         self.worker_id = worker_id
         self.lease_ms = lease_ms
+        self._claimed: Optional[Callable[[str, bool], None]] = None  # found on first use
 
     def own(self, name: str) -> bool:
         return is_own(self.store, name)
@@ -230,12 +233,11 @@ class StoreWorkerPort(StoreWatchPort):
         answer = None if due is None else due(self.worker_id, queues, names, poll_interval_ms)
         return None if answer is None else bool(answer)
 
-    def saturated(self, backlog: bool) -> ContextManager[None]:
-        saturated = self._fleet("_fleet_saturated")
-        if saturated is None:
-            return _NOTHING
-        held: ContextManager[None] = saturated(self.worker_id, backlog)
-        return held
+    def claimed(self, full: bool) -> None:
+        claimed = self._claimed
+        if claimed is None:
+            claimed = self._claimed = self._fleet("_fleet_claimed") or _ignore
+        claimed(self.worker_id, full)
 
     def leave(self) -> None:
         leave = getattr(self.store, "_fleet_leave", None)

@@ -502,8 +502,7 @@ class Worker:
                 free = min(free, self._calls_within_byte_budget())
             if free <= 0:
                 self._call_done.clear()
-                with self._port.saturated(news_of_work):
-                    await first_of(self._call_done, stop)
+                await first_of(self._call_done, stop)
                 continue
             if not self._registry.claim_sources:
                 await self._idle(resource_wake=False)
@@ -530,6 +529,7 @@ class Worker:
                 self._report_claim(began, calls, None)
             if probed:
                 probed_at = time.monotonic()
+            self._port.claimed(bool(calls) and self._planner.drew_full)
             if calls:
                 if self._calls:
                     # Earlier calls' settlements may have ridden in this claim's

@@ -16,9 +16,9 @@ already offers, never through notifications:
   listens, claims on every notification and probes every poll interval
   (expired leases, delayed tasks come due) for the fleet, as a lone worker
   does, and it keeps the **gate** the others wait at. When there is more
-  work than it can take (none of its slots has been free for ``OPEN_AFTER``
-  intervals while its last claim drew full or news came) it opens the gate
-  and the others claim too;
+  work than it can take (its claims have come back full, or news has come
+  while it could not wait for it, for ``OPEN_AFTER`` intervals together) it
+  opens the gate and the others claim too;
 * every member takes a **turn**: the leader about every ``TURN_ROUNDS``
   poll intervals, to read the list (``fleet_turn``: has a smaller id
   come?); the others about every ``size`` intervals (at least 2), to probe
@@ -48,8 +48,7 @@ import hashlib
 import json
 import random
 import time
-from contextlib import contextmanager
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from cairnq.store.postgres.fleet_session import gate_of
 
@@ -67,7 +66,7 @@ __all__ = [
 
 TURN_ROUNDS = 16  # the leader takes a turn about every 16 intervals, the others every size
 LIST_EVERY = 4  # a member that does not lead reads the list at one turn in this many
-OPEN_AFTER = 0.05  # intervals a leader is saturated and behind before the others are called in
+OPEN_AFTER = 0.05  # intervals a leader is behind before the others are called in
 TURN_SPREAD = (0.5, 1.5)  # ... drawn in this multiple of it, so turns spread out
 MARK_MAX_BYTES = 63  # PostgreSQL keeps this much of an application_name
 
@@ -115,8 +114,7 @@ class FleetMember:
         self.recheck = False  # found the gate unkept: read the list at the next turn
         self.waiter: Optional[asyncio.Future[bool]] = None
         self.pending = False  # told of work while not waiting: kept for the next wait
-        self.saturated = False  # its worker has no free slot
-        self.behind = False  # ... and there is work it has not taken
+        self.behind_since: Optional[float] = None  # there has been work it has not taken since
         self.check: Optional[asyncio.TimerHandle] = None  # whether it is still behind, soon
 
 
@@ -130,8 +128,8 @@ class Fleet:
         self._clock = clock
         self._draw = draw
         self.members: dict[str, FleetMember] = {}
-        #: Called with a leader that has had no free slot, and work it has not
-        #: taken, for OPEN_AFTER intervals (the store opens the gate).
+        #: Called with a leader that has been behind (work it has not taken)
+        #: for OPEN_AFTER intervals (the store opens the gate).
         self.overflow: Callable[[FleetMember], None] = lambda member: None
 
     def join(
@@ -150,6 +148,9 @@ class Fleet:
         member = self.members.pop(worker_id, None)
         if member is not None:
             _settle(member.waiter, False)
+            if member.check is not None:
+                member.check.cancel()
+                member.check = None
         return member
 
     def marked(self) -> Optional[FleetMember]:
@@ -212,8 +213,8 @@ class Fleet:
         return self._clock() >= member.next_turn
 
     def heard_queued(self, queue: str) -> None:
-        """News of work in ``queue``: the leaders of its fleets are told (and
-        those whose slots are all busy may hand it on: ``saturated``)."""
+        """News of work in ``queue``: the leaders of its fleets are told (one
+        that is not waiting for news may be behind: ``claimed``)."""
         for member in self.members.values():
             if not member.leader or queue not in member.queues:
                 continue
@@ -222,40 +223,36 @@ class Fleet:
                 waiter.set_result(True)
                 continue
             member.pending = True
-            if member.saturated:
-                member.behind = True
-                self._check_later(member)
+            self._behind(member)  # claiming or busy: caught up once a claim comes back short
 
-    @contextmanager
-    def saturated(self, member: FleetMember, backlog: bool) -> Iterator[None]:
-        """The member's worker has no free slot while in this block.
-        ``backlog``: its last draw came back full. If it leads and is behind
-        (that, or news of work heard before or meanwhile) for ``OPEN_AFTER``
-        intervals together, ``overflow`` hands the work to the others. A
-        worker whose calls end at once is never saturated that long, and
-        drains what it is told of alone."""
-        member.saturated = True
-        member.behind = backlog or member.pending
-        if member.behind and member.leader:
-            self._check_later(member)
-        try:
-            yield
-        finally:
-            member.saturated = False
+    def claimed(self, member: FleetMember, full: bool) -> None:
+        """A claim of the member's worker came back: ``full`` (a draw got all
+        it asked for: more may be due) or short (it has caught up). A
+        leader that stays behind (full claims, or news heard while it was not
+        waiting for it) for ``OPEN_AFTER`` intervals is handed to ``overflow``:
+        the others are called in. One that keeps up alone never is, whatever
+        its claims' sizes."""
+        if not member.leader:
+            return
+        if full:
+            self._behind(member)
+        else:
+            member.behind_since = None
             if member.check is not None:
                 member.check.cancel()
                 member.check = None
 
-    def _check_later(self, member: FleetMember) -> None:
-        if member.check is None:
+    def _behind(self, member: FleetMember) -> None:
+        if member.behind_since is None:
+            member.behind_since = self._clock()
             member.check = asyncio.get_running_loop().call_later(
                 OPEN_AFTER * member.interval_s, self._still_behind, member
             )
 
     def _still_behind(self, member: FleetMember) -> None:
         member.check = None
-        if member.saturated and member.behind and member.leader:
-            member.behind = False  # handed on: news heard from now on is new
+        if member.behind_since is not None and member.leader and member.id in self.members:
+            member.behind_since = None  # from now on, behind anew
             self.overflow(member)
 
     def release(self) -> None:

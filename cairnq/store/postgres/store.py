@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from contextlib import asynccontextmanager, nullcontext
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, ContextManager, Optional
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Optional
 
 from cairnq._sql import Statement, load_migrations, load_statements
 from cairnq.errors import SchemaMismatch
@@ -37,7 +37,6 @@ _STATEMENTS = STATEMENTS
 __all__ = ["PostgresStore"]
 
 
-_NOTHING: ContextManager[None] = nullcontext()
 _MAX_BOUND_TEXTS = 4_096  # bound per value combination; callers could pass anything
 
 
@@ -438,15 +437,14 @@ class PostgresStore(TaskStore):
             return None
         return False
 
-    def _fleet_saturated(self, worker_id: str, backlog: bool) -> ContextManager[None]:
-        """The worker has no free slot while in this block (``backlog``: its
-        last draw came back full): if it leads a fleet and stays behind a
-        while, the gate opens for the others (fleet.py, ``Fleet.saturated``)."""
+    def _fleet_claimed(self, worker_id: str, full: bool) -> None:
+        """A claim of the worker came back, full or short: a leader that
+        stays behind a while opens the gate for the others (fleet.py,
+        ``Fleet.claimed``)."""
         listener = self._listener
         member = None if listener is None else listener.fleet.members.get(worker_id)
-        if listener is None or member is None or not member.leader:
-            return _NOTHING
-        return listener.fleet.saturated(member, backlog)
+        if listener is not None and member is not None:
+            listener.fleet.claimed(member, full)
 
     def _fleet_overflow(self, member: FleetMember) -> None:
         if self._fleet_session is not None:
