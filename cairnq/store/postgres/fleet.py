@@ -102,6 +102,7 @@ class FleetMember:
         self.id = worker_id
         self.key = key
         self.queues = queues
+        self.claims: tuple[list[str], Optional[list[str]]] = (sorted(queues), None)  # what it claims
         self.interval_s = interval_s
         self.mark = member_mark(key, worker_id)
         self.gate = gate_of(key)
@@ -115,6 +116,8 @@ class FleetMember:
         self.waiter: Optional[asyncio.Future[bool]] = None
         self.pending = False  # told of work while not waiting: kept for the next wait
         self.behind_since: Optional[float] = None  # there has been work it has not taken since
+        self.last_full = False  # its last claim came back full
+        self.sure = False  # ... and so did the one before, or news came while it was busy
         self.check: Optional[asyncio.TimerHandle] = None  # whether it is still behind, soon
 
 
@@ -129,11 +132,18 @@ class Fleet:
         self._draw = draw
         self.members: dict[str, FleetMember] = {}
         #: Called with a leader that has been behind (work it has not taken)
-        #: for OPEN_AFTER intervals (the store opens the gate).
+        #: for OPEN_AFTER intervals (the store opens the gate) ...
         self.overflow: Callable[[FleetMember], None] = lambda member: None
+        #: ... or that may have been (the store probes, and opens it if so).
+        self.verify: Callable[[FleetMember], None] = lambda member: None
 
     def join(
-        self, worker_id: str, key: str, queues: Sequence[str], interval_s: float
+        self,
+        worker_id: str,
+        key: str,
+        queues: Sequence[str],
+        interval_s: float,
+        names: Optional[Sequence[str]] = None,
     ) -> FleetMember:
         member = self.members.get(worker_id)
         if member is not None and member.key == key and member.interval_s == interval_s:
@@ -142,6 +152,7 @@ class Fleet:
         member = self.members[worker_id] = FleetMember(
             worker_id, key, frozenset(queues), interval_s
         )
+        member.claims = (list(queues), None if names is None else list(names))
         return member
 
     def leave(self, worker_id: str) -> Optional[FleetMember]:
@@ -223,20 +234,26 @@ class Fleet:
                 waiter.set_result(True)
                 continue
             member.pending = True
+            member.sure = True  # work it has not taken, told
             self._behind(member)  # claiming or busy: caught up once a claim comes back short
 
     def claimed(self, member: FleetMember, full: bool) -> None:
         """A claim of the member's worker came back: ``full`` (a draw got all
         it asked for: more may be due) or short (it has caught up). A
-        leader that stays behind (full claims, or news heard while it was not
-        waiting for it) for ``OPEN_AFTER`` intervals is handed to ``overflow``:
-        the others are called in. One that keeps up alone never is, whatever
-        its claims' sizes."""
+        leader that stays behind for ``OPEN_AFTER`` intervals is handed to
+        ``overflow`` (the others are called in) when that is sure (two full
+        claims in a row, or news heard while it was not waiting for it), else
+        to ``verify`` (a full claim alone says only that more *may* be due:
+        the store probes). One that keeps up alone never is, whatever its
+        claims' sizes."""
         if not member.leader:
             return
         if full:
+            member.sure = member.sure or member.last_full
+            member.last_full = True
             self._behind(member)
         else:
+            member.last_full = member.sure = False
             member.behind_since = None
             if member.check is not None:
                 member.check.cancel()
@@ -251,9 +268,11 @@ class Fleet:
 
     def _still_behind(self, member: FleetMember) -> None:
         member.check = None
-        if member.behind_since is not None and member.leader and member.id in self.members:
-            member.behind_since = None  # from now on, behind anew
-            self.overflow(member)
+        if member.behind_since is None or not member.leader or member.id not in self.members:
+            return
+        member.behind_since = None  # from now on, behind anew
+        sure, member.sure = member.sure, False
+        (self.overflow if sure else self.verify)(member)
 
     def release(self) -> None:
         """The listener went down: every wait ends (the workers poll)."""

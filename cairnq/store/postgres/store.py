@@ -91,7 +91,7 @@ class PostgresStore(TaskStore):
         self._listener: Listener | None = None
         self._fleet_session: FleetSession | None = None
         self._news_for: set[str] = set()  # workers whose waits need news of work (see _news_wanted)
-        self._closing: set[asyncio.Task[None]] = set()  # fleet sessions on their way out
+        self._closing: set[asyncio.Task[None]] = set()  # fleet sessions closing, leaders' probes
         self._connect_lock: asyncio.Lock | None = None
         self._wakeable: set[str] = set()
         #: Migrations the last connect applied (file names); empty when none were due.
@@ -137,6 +137,7 @@ class PostgresStore(TaskStore):
             self._listener = Listener(executor, self._dsn_for_listen())
             self._fleet_session = FleetSession(executor, self._bind)
             self._listener.fleet.overflow = self._fleet_overflow
+            self._listener.fleet.verify = self._fleet_verify
             self._executor = executor
         self._start_sweeper()
         return executor
@@ -361,7 +362,7 @@ class PostgresStore(TaskStore):
         if marked is not None and marked.id != worker_id:
             return None  # the session carries another worker's mark
         key = fleet_key(self.schema, queues, None if names is None else list(names))
-        member = fleet.join(worker_id, key, queues, interval_ms / 1000)
+        member = fleet.join(worker_id, key, queues, interval_ms / 1000, names)
         if member.mark is None:  # an id no mark can spell: alone
             fleet.leave(worker_id)
             return None
@@ -450,6 +451,25 @@ class PostgresStore(TaskStore):
         if self._fleet_session is not None:
             self._fleet_session.open(member.interval_s)
 
+    def _fleet_verify(self, member: FleetMember) -> None:
+        """Whether a leader that may be behind is: one probe (is a task of its
+        queues and names due?), and the gate opens if so."""
+
+        async def verify() -> None:
+            queues, names = member.claims
+            try:
+                params = self._claim_params(queues, member.id, 30_000, names)
+                due, expired = await self._probe(params)
+            except Exception:
+                log.debug("fleet: a leader's probe failed", exc_info=True)
+                return
+            if (due or expired) and member.leader:
+                self._fleet_overflow(member)
+
+        task = asyncio.get_running_loop().create_task(verify())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
     def _fleet_leave(self, worker_id: str) -> None:
         """The worker's claim loop stopped: out of the fleet. If it carried
         the session's mark, the session goes (its gate with it: the others
@@ -464,7 +484,6 @@ class PostgresStore(TaskStore):
             return
         if session is not None and marked is not None and marked.id == worker_id:
             self._fleet_session = FleetSession(self._executor, self._bind)
-            fleet.overflow = self._fleet_overflow
             closing = asyncio.get_running_loop().create_task(session.close())
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)

@@ -81,6 +81,8 @@ async def test_a_leader_behind_a_while_calls_in_the_others_and_one_keeping_up_ne
     fleet = Fleet(draw=Draws(0.5))
     called: list[str] = []
     fleet.overflow = lambda member: called.append(member.id)
+    probed: list[str] = []
+    fleet.verify = lambda member: probed.append(member.id)
     leader = fleet.join("a", "k", QUEUES, interval)
     other = fleet.join("b", "k2", QUEUES, interval)
     fleet.took_turn(leader, ["a", "b"])
@@ -112,10 +114,15 @@ async def test_a_leader_behind_a_while_calls_in_the_others_and_one_keeping_up_ne
         fleet.claimed(other, True)
         await asyncio.sleep(after)
     assert called == ["a"]
+    assert probed == []
+    fleet.claimed(leader, False)
+    fleet.claimed(leader, True)  # one full claim, then no claim for a while (busy):
+    await asyncio.sleep(2 * after)  # more may be due; the store is asked to look
+    assert called == ["a"] and probed == ["a"]
     fleet.claimed(leader, True)
     fleet.leave("a")  # nor one that left
     await asyncio.sleep(2 * after)
-    assert called == ["a"]
+    assert called == ["a"] and probed == ["a"]
 
 
 def test_a_member_that_finds_the_gate_unkept_turns_within_two_intervals() -> None:
