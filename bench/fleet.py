@@ -34,8 +34,9 @@ own handful of reads too). A session reports its counts at most once a
 second while busy, up to 10 s after it goes idle, and, if it only listens,
 when it ends: the idle window starts after a warm-up of 11 s, and the loaded
 count runs until every session has ended, less the idle fleet's rate over
-that tail. Recovery runs before the load (the load ends with the fleet
-stopped), and the burst before both.
+that tail. The burst and the recovery run before the load, which has a
+fleet of its own (started afresh once the first one's sessions have ended
+and reported), and ends with it stopped.
 """
 
 from __future__ import annotations
@@ -152,6 +153,22 @@ def listeners(conn: Any) -> int:
         "select count(*) from pg_stat_activity where datname = current_database() and query ilike 'listen%'"
     ).fetchone()
     return int(row[0])
+
+
+async def sample_listeners(conn: Any, seconds: float) -> dict[str, int]:
+    """Listening sessions during the load, sampled every 0.25 s: the most at
+    once, and how many distinct ones (a session started over is a new one)."""
+    most, seen = 0, set()
+    began = time.monotonic()
+    while time.monotonic() - began < seconds:
+        rows = conn.execute(
+            "select pid, backend_start from pg_stat_activity"
+            " where datname = current_database() and query ilike 'listen%'"
+        ).fetchall()
+        most = max(most, len(rows))
+        seen.update(rows)
+        await asyncio.sleep(0.25)
+    return {"most_at_once": most, "distinct": len(seen)}
 
 
 def settle_stats(conn: Any) -> None:
@@ -276,7 +293,9 @@ def measure_loaded(
         listening = listeners(conn)
         before = xacts(conn)
         by_name_before = fleet.statements_by_name()
+        sampling = asyncio.ensure_future(sample_listeners(conn, window))
         n = await produce(clients, rate, window)
+        listening_seen = await sampling
         await asyncio.sleep(1.0)  # the last tasks run
         by_name = {
             name: count - by_name_before.get(name, 0)
@@ -300,6 +319,7 @@ def measure_loaded(
             "statements_per_task": (statements + n) / max(1, n),
             "worker_statements_by_name": dict(sorted(by_name.items())),
             "listening_sessions": listening,
+            "listening_sessions_seen": listening_seen,
         }
 
     return asyncio.run(run())
@@ -460,6 +480,13 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
         }
         burst = measure_burst(dsn, args.burst, fleet) if args.burst else None
         recovery = measure_recovery(dsn, args.samples, logdir)
+        # A fleet of its own for the load: a listening session reports what
+        # it spent reading notifications only when it ends, so the old
+        # fleet's (the burst's, the recovery's) would land in the load's count.
+        fleet.stop()
+        fleet = Fleet(dsn, n, args.poll_interval_ms, logdir)
+        fleet.wait_ready()
+        time.sleep(args.warmup)
         settle_stats(conn)
         # Last: it ends with the fleet stopped (its sessions' counts land).
         loaded = measure_loaded(conn, dsn, args.rate, args.window, idle_tx / idle_s, fleet)

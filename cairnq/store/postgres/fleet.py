@@ -270,6 +270,10 @@ class Fleet:
         member.check = None
         if member.behind_since is None or not member.leader or member.id not in self.members:
             return
+        if member.size <= 1:  # nobody to call in
+            member.behind_since = None
+            member.sure = False
+            return
         member.behind_since = None  # from now on, behind anew
         sure, member.sure = member.sure, False
         (self.overflow if sure else self.verify)(member)

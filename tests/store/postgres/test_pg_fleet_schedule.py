@@ -123,6 +123,12 @@ async def test_a_leader_behind_a_while_calls_in_the_others_and_one_keeping_up_ne
     fleet.leave("a")  # nor one that left
     await asyncio.sleep(2 * after)
     assert called == ["a"] and probed == ["a"]
+    alone = fleet.join("c", "k3", QUEUES, interval)
+    fleet.took_turn(alone, ["c"])  # a fleet of one: nobody to call in
+    for _ in range(4):
+        fleet.claimed(alone, True)
+        await asyncio.sleep(after)
+    assert called == ["a"] and probed == ["a"]
 
 
 def test_a_member_that_finds_the_gate_unkept_turns_within_two_intervals() -> None:
