@@ -207,10 +207,12 @@ class Fleet:
         member.rounds = min(member.rounds, cap)
         member.next_turn = self._clock() + self._spread() * member.rounds * member.interval_s
 
-    def gate_unkept(self, member: FleetMember) -> None:
-        """The member found nobody keeping the gate: its leader may be gone,
-        so its next turn comes within 2 intervals, and the turns after it
-        close together until the list holds again."""
+    def turn_soon(self, member: FleetMember) -> None:
+        """Something is amiss with the gate (a member found nobody keeping
+        it: its leader may be gone; the leader could not take it: another
+        session still keeps it): the next turn comes within 2 intervals and
+        reads the list, and the turns after it close together until the list
+        holds again."""
         member.rounds = 2
         member.recheck = True
         soon = self._clock() + self._spread() * 2 * member.interval_s

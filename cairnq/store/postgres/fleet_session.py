@@ -131,8 +131,24 @@ class FleetSession:
         if self._closed or self._mark != mark:
             await session.close()
             return
-        self._retry_s = SESSION_RETRY_S
         self._session = session
+        self.keeping = None  # (a session that went keeps no lock)
+        self._opened_at = float("-inf")
+
+    def seen(self) -> None:
+        """The member found its mark in the list: the session is well."""
+        self._retry_s = SESSION_RETRY_S
+
+    def lost(self) -> None:
+        """The member did not find its mark in the list: the server ended
+        the session (its locks with it) though no statement has told us yet,
+        or its mark cannot be seen. It is closed, and another opened after a
+        delay that doubles while this keeps happening."""
+        if self._session is None:
+            return
+        self._drop()
+        self._retry_at = self._clock() + self._retry_s
+        self._retry_s = min(self._retry_s * 2, SESSION_RETRY_MAX_S)
 
     # -- the leader's side -----------------------------------------------------------
 

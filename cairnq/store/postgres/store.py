@@ -355,7 +355,11 @@ class PostgresStore(TaskStore):
         while it acts alone (no listener, no session of its own, or a second
         worker of this store: the session carries one mark)."""
         listener, session = self._listener, self._fleet_session
-        if listener is None or not listener.available or session is None or not session.available:
+        if session is None or not session.available:
+            return None
+        if listener is None or not listener.available:
+            if session.up:
+                session.lost()  # no leader could listen here: no fleet
             return None
         fleet = listener.fleet
         marked = fleet.marked()
@@ -395,14 +399,19 @@ class PostgresStore(TaskStore):
         if fleet.turn_due(member):
             if fleet.list_due(member):
                 rows = await self._fetch("fleet_turn", {"prefix": fleet_prefix(member.key)})
-                fleet.took_turn(member, [row[0] for row in rows])
+                members = [row[0] for row in rows]
+                fleet.took_turn(member, members)
+                if member.id in members:
+                    session.seen()
+                else:
+                    session.lost()  # its mark is gone: so is the session, on the server
             else:
                 fleet.took_turn(member)  # the list last read holds
             try:
-                if member.leader:
-                    await session.keep(member.gate)
-                else:
+                if not member.leader:
                     await session.let_go()
+                elif not await session.keep(member.gate):
+                    fleet.turn_soon(member)  # another session still keeps it: look again
             except Exception:
                 log.debug("fleet gate: the session failed, acting alone", exc_info=True)
         if member.leader:
@@ -424,7 +433,7 @@ class PostgresStore(TaskStore):
             return True
         if outcome == "unkept":
             # The leader is gone, or not keeping yet: poll until a turn, soon.
-            fleet.gate_unkept(member)
+            fleet.turn_soon(member)
             until_turn = max(0.0, member.next_turn - time.monotonic())
             await asyncio.sleep(min(member.interval_s, until_turn))
         return False  # its turn (or no session: the next wait acts alone)

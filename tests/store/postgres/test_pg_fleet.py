@@ -56,6 +56,17 @@ def at_the_gate(dsn: str) -> int:
     return int(rows[0][0])
 
 
+def keepers(dsn: str) -> int:
+    """Sessions holding the fleet's gate."""
+    rows = fetch(
+        dsn,
+        "select count(*) from pg_locks where locktype = 'advisory' and granted"
+        " and mode = 'ExclusiveLock' and classid = %s::oid and objid = %s::oid and objsubid = 2",
+        [GATE_CLASS, gate_of(KEY) & 0xFFFFFFFF],
+    )
+    return int(rows[0][0])
+
+
 def worker(store: Any, interval_ms: int = 50, concurrency: int = 2, seen: Any = None) -> Worker:
     w = Worker(store, ["default"], concurrency=concurrency, poll_interval_ms=interval_ms)
 
@@ -195,6 +206,39 @@ async def test_the_gate_opens_when_its_keepers_session_ends_and_then_is_found_un
     finally:
         await keeper_store.close()
         await waiter_store.close()
+
+
+async def test_a_fleet_session_the_server_ends_is_opened_again_and_the_fleet_reforms(
+    pg: Any,  # noqa: F811
+) -> None:
+    """The server ends the leader's fleet session (an operator's
+    pg_terminate_backend, a failover): its gate opens and its mark goes
+    while its worker knows nothing of it. The other takes over; the leader,
+    not finding its mark at its next turn, opens a session again and leads
+    again: one keeper, one member at the gate, both marks listed."""
+    stores = [PostgresStore(pg.target) for _ in range(2)]
+    workers = [worker(s, interval_ms=100) for s in stores]
+    async with running(workers, stores):
+        ids = {w.worker_id for w in workers}
+        await until(lambda: keepers(pg.target) == 1 and at_the_gate(pg.target) == 1, 20, "formed")
+        leader = min(ids)
+        fetch(
+            pg.target,
+            "select pg_terminate_backend(pid) from pg_stat_activity where application_name = %s",
+            [PREFIX + leader],
+        )
+        await until(lambda: marked(pg.target) == ids - {leader}, 10, "the leader's mark gone")
+        await until(
+            lambda: marked(pg.target) == ids
+            and keepers(pg.target) == 1
+            and at_the_gate(pg.target) == 1,
+            30,
+            "the leader's session back, and one keeper",
+        )
+        q = CairnQ(PostgresStore(pg.target))
+        task = await q.submit("noop")
+        assert (await q.wait(task.id, timeout_ms=10_000)).status == "succeeded"
+        await q.close()
 
 
 class _NoSession:

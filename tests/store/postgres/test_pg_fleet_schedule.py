@@ -139,13 +139,13 @@ def test_a_member_that_finds_the_gate_unkept_turns_within_two_intervals() -> Non
     for _ in range(4):
         fleet.took_turn(member, many)
     assert member.next_turn - clock.now == TURN_SPREAD[1] * 5 * 0.5
-    fleet.gate_unkept(member)
+    fleet.turn_soon(member)
     assert member.next_turn - clock.now == TURN_SPREAD[1] * 2 * 0.5
     clock.now = member.next_turn
     fleet.took_turn(member, many)  # the same list: the gaps widen again from 2
     assert member.next_turn - clock.now == TURN_SPREAD[1] * 4 * 0.5
-    fleet.gate_unkept(member)
-    fleet.gate_unkept(member)  # never later than it was
+    fleet.turn_soon(member)
+    fleet.turn_soon(member)  # never later than it was
     assert member.next_turn - clock.now == TURN_SPREAD[1] * 2 * 0.5
 
 
@@ -262,7 +262,7 @@ def test_the_others_read_the_list_at_one_turn_in_four_or_after_finding_the_gate_
         fleet.took_turn(member, ["a", "b", "c"] if due else None)
     assert reads == [False, False, False, True] * 2
     assert not member.leader and member.size == 3  # as last read
-    fleet.gate_unkept(member)
+    fleet.turn_soon(member)
     assert fleet.list_due(member)
     fleet.took_turn(member, ["b", "c"])  # "a" is gone: it leads, and always reads
     assert member.leader and fleet.list_due(member)
