@@ -34,11 +34,6 @@ from typing import (
 from cairnq.store.driver import Emit
 from cairnq.store.own import OWN_CHECKED, is_own, register_own
 
-
-
-def _ignore(worker_id: str, full: bool) -> None:
-    """A store with no fleet: what its claims drew is nobody's concern."""
-
 if TYPE_CHECKING:
     from cairnq.models import TaskStatus
     from cairnq.store.base import TaskStore
@@ -162,6 +157,10 @@ class StoreWatchPort:
 
     def wait_for_change(self, timeout_s: float) -> Awaitable[bool]:
         return self.store._wait_for_change(timeout_s)
+
+
+def _ignore(worker_id: str, full: bool) -> None:
+    """A store with no fleet: what its claims drew is nobody's concern."""
 
 
 class StoreWorkerPort(StoreWatchPort):

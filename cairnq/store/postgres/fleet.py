@@ -102,7 +102,7 @@ class FleetMember:
         self.id = worker_id
         self.key = key
         self.queues = queues
-        self.claims: tuple[list[str], Optional[list[str]]] = (sorted(queues), None)  # what it claims
+        self.names: Optional[list[str]] = None  # the task names it claims (None: any)
         self.interval_s = interval_s
         self.mark = member_mark(key, worker_id)
         self.gate = gate_of(key)
@@ -115,10 +115,10 @@ class FleetMember:
         self.recheck = False  # found the gate unkept: read the list at the next turn
         self.waiter: Optional[asyncio.Future[bool]] = None
         self.pending = False  # told of work while not waiting: kept for the next wait
-        self.behind_since: Optional[float] = None  # there has been work it has not taken since
         self.last_full = False  # its last claim came back full
         self.sure = False  # ... and so did the one before, or news came while it was busy
-        self.check: Optional[asyncio.TimerHandle] = None  # whether it is still behind, soon
+        #: Armed while it is behind (work it has not taken): whether it still is, soon.
+        self.check: Optional[asyncio.TimerHandle] = None
 
 
 class Fleet:
@@ -152,16 +152,14 @@ class Fleet:
         member = self.members[worker_id] = FleetMember(
             worker_id, key, frozenset(queues), interval_s
         )
-        member.claims = (list(queues), None if names is None else list(names))
+        member.names = None if names is None else list(names)
         return member
 
     def leave(self, worker_id: str) -> Optional[FleetMember]:
         member = self.members.pop(worker_id, None)
         if member is not None:
             _settle(member.waiter, False)
-            if member.check is not None:
-                member.check.cancel()
-                member.check = None
+            self._caught_up(member)
         return member
 
     def marked(self) -> Optional[FleetMember]:
@@ -255,30 +253,27 @@ class Fleet:
             member.last_full = True
             self._behind(member)
         else:
-            member.last_full = member.sure = False
-            member.behind_since = None
-            if member.check is not None:
-                member.check.cancel()
-                member.check = None
+            self._caught_up(member)
 
     def _behind(self, member: FleetMember) -> None:
-        if member.behind_since is None:
-            member.behind_since = self._clock()
+        if member.check is None:
             member.check = asyncio.get_running_loop().call_later(
                 OPEN_AFTER * member.interval_s, self._still_behind, member
             )
 
+    def _caught_up(self, member: FleetMember) -> None:
+        member.last_full = member.sure = False
+        if member.check is not None:
+            member.check.cancel()
+            member.check = None
+
     def _still_behind(self, member: FleetMember) -> None:
-        member.check = None
-        if member.behind_since is None or not member.leader or member.id not in self.members:
-            return
-        if member.size <= 1:  # nobody to call in
-            member.behind_since = None
-            member.sure = False
-            return
-        member.behind_since = None  # from now on, behind anew
+        member.check = None  # from now on, behind anew
         sure, member.sure = member.sure, False
-        (self.overflow if sure else self.verify)(member)
+        if not member.leader or self.members.get(member.id) is not member:
+            return
+        if member.size > 1:  # (a fleet of one: nobody to call in)
+            (self.overflow if sure else self.verify)(member)
 
     def release(self) -> None:
         """The listener went down: every wait ends (the workers poll)."""

@@ -7,9 +7,9 @@ What runs on it depends on the member's role:
 
 * the **leader keeps the gate**: a session-level advisory lock. It alone
   listens for news of work and claims on it, as a lone worker does; when
-  there is more than it can take (a claim that drew full, news heard while
-  none of its slots is free) it **opens** the gate: lets go of the lock and
-  takes it again at once, at most once per ``OPEN_GAP`` poll intervals;
+  there is more than it can take (it has been behind a while: fleet.py,
+  ``Fleet.claimed``) it **opens** the gate: lets go of the lock and takes it
+  again at once, at most once per ``OPEN_GAP`` poll intervals;
 * the others **wait at the gate**: a shared lock request, queued behind the
   leader's lock until it opens (then they claim) or until their next turn
   (then they take it: read the list, probe). They do not listen: on
@@ -122,8 +122,7 @@ class FleetSession:
             raise
         except Exception as exc:
             log.debug("fleet session failed to open, retrying in %.0f s: %s", self._retry_s, exc)
-            self._retry_at = self._clock() + self._retry_s
-            self._retry_s = min(self._retry_s * 2, SESSION_RETRY_MAX_S)
+            self._back_off()
             self._mark = None
             return
         finally:
@@ -147,6 +146,10 @@ class FleetSession:
         if self._session is None:
             return
         self._drop()
+        self._back_off()
+
+    def _back_off(self) -> None:
+        """No new session before the delay is up; the next delay doubles."""
         self._retry_at = self._clock() + self._retry_s
         self._retry_s = min(self._retry_s * 2, SESSION_RETRY_MAX_S)
 

@@ -85,12 +85,17 @@ class Listener:
 
     def stop(self) -> None:
         self._closed = True
-        if self._task is not None:
+        self._end_session()
+
+    def _end_session(self) -> None:
+        """No session listens (one connecting stops), and every wait ends."""
+        if self._task is not None and not self._task.done():
             self._task.cancel()
         if self._stop is not None:
             self._stop()
             self._stop = None
         self._connected = False
+        self._session_channels = set()
         self._release_all()
 
     def watch_queues(self, queues: Iterable[str]) -> None:
@@ -123,14 +128,7 @@ class Listener:
             if channel in self._session_channels:
                 self._restart()
             return
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-        if self._stop is not None:
-            self._stop()
-            self._stop = None
-        self._connected = False
-        self._session_channels = set()
-        self._release_all()
+        self._end_session()
 
     def _restart(self) -> None:
         """Start the listening session over (its channels changed). Waits

@@ -465,9 +465,8 @@ class PostgresStore(TaskStore):
         queues and names due?), and the gate opens if so."""
 
         async def verify() -> None:
-            queues, names = member.claims
             try:
-                params = self._claim_params(queues, member.id, 30_000, names)
+                params = self._claim_params(sorted(member.queues), member.id, 30_000, member.names)
                 due, expired = await self._probe(params)
             except Exception:
                 log.debug("fleet: a leader's probe failed", exc_info=True)

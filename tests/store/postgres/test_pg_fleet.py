@@ -45,26 +45,26 @@ def listening_sessions(dsn: str) -> int:
     return int(rows[0][0])
 
 
-def at_the_gate(dsn: str) -> int:
-    """Sessions waiting for the fleet's gate."""
+def _gate_locks(dsn: str, granted: bool, mode: str) -> int:
+    """The fleet's gate's lock requests in pg_locks, granted or waiting, of
+    ``mode``."""
     rows = fetch(
         dsn,
-        "select count(*) from pg_locks where locktype = 'advisory' and not granted"
-        " and classid = %s::oid and objid = %s::oid and objsubid = 2",
-        [GATE_CLASS, gate_of(KEY) & 0xFFFFFFFF],
+        "select count(*) from pg_locks where locktype = 'advisory' and granted = %s"
+        " and mode = %s and classid = %s::oid and objid = %s::oid and objsubid = 2",
+        [granted, mode, GATE_CLASS, gate_of(KEY) & 0xFFFFFFFF],
     )
     return int(rows[0][0])
+
+
+def at_the_gate(dsn: str) -> int:
+    """Sessions waiting for the fleet's gate."""
+    return _gate_locks(dsn, False, "ShareLock")
 
 
 def keepers(dsn: str) -> int:
     """Sessions holding the fleet's gate."""
-    rows = fetch(
-        dsn,
-        "select count(*) from pg_locks where locktype = 'advisory' and granted"
-        " and mode = 'ExclusiveLock' and classid = %s::oid and objid = %s::oid and objsubid = 2",
-        [GATE_CLASS, gate_of(KEY) & 0xFFFFFFFF],
-    )
-    return int(rows[0][0])
+    return _gate_locks(dsn, True, "ExclusiveLock")
 
 
 def worker(store: Any, interval_ms: int = 50, concurrency: int = 2, seen: Any = None) -> Worker:
