@@ -8,7 +8,7 @@ be counted in its own units; every other name shares one draw.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Optional
 
 from cairnq.store.validation import check_int, check_text
@@ -54,21 +54,22 @@ class Registration:
     concurrency: Optional[int]
     style: CallStyle
     is_async: bool
+    # Every resource one call of this name holds while it runs (made once:
+    # the worker reads it for every call it starts).
+    resources: tuple[str, ...] = field(init=False)
 
-    @property
-    def chunk(self) -> int:
-        """Tasks per call."""
-        return self.batch or 1
-
-    @property
-    def resources(self) -> tuple[str, ...]:
-        """Every resource one call of this name holds while it runs."""
+    def __post_init__(self) -> None:
         held = []
         if self.resource is not None:
             held.append(self.resource)
         if self.concurrency is not None:
             held.append(_NAME_CAP_PREFIX + self.name)
-        return tuple(held)
+        object.__setattr__(self, "resources", tuple(held))
+
+    @property
+    def chunk(self) -> int:
+        """Tasks per call."""
+        return self.batch or 1
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ The pieces, each in its own module:
 
     registry.py    handlers, call conventions, claim sources
     claims.py      one poll's plan: quotas per source, rows -> calls
+    starter.py     a claim's calls into asyncio tasks (shared until one suspends)
     heartbeat.py   one heartbeat loop for every lease held
     execution.py   running a call and settling what it leaves
     lifecycle.py   serve() and background(): signals, shutdown, ownership
@@ -15,11 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import time
 from collections import Counter
 from datetime import timedelta
-from functools import partial
 from operator import attrgetter
 from typing import (
     TYPE_CHECKING, Any, AsyncContextManager, Awaitable, Callable, NamedTuple, Optional, Sequence,
@@ -49,6 +48,7 @@ from cairnq.worker.execution import CallSettings, no_handler, run_call
 from cairnq.worker.heartbeat import Heartbeats
 from cairnq.worker.registry import Handler, Registry
 from cairnq.worker.signals import Signal, first_of
+from cairnq.worker.starter import CallStarter, StartedCall
 from cairnq.worker.store_port import StorePort
 
 if TYPE_CHECKING:
@@ -67,12 +67,6 @@ _CLAIM = events.channel("claim")
 _clock = time.perf_counter
 _new_tuple = tuple.__new__
 _task_id = attrgetter("id")
-# asyncio.Task(..., eager_start=True) where it exists (3.12+): the task runs
-# its first step at creation, as current task, in its own context, so a
-# handler sees what it sees in any task.
-_EAGER_TASK: Optional[Callable[..., "asyncio.Task[None]"]] = None
-if sys.version_info >= (3, 12):
-    _EAGER_TASK = partial(asyncio.Task, eager_start=True)
 
 
 def _check_arguments(
@@ -212,6 +206,7 @@ class Worker:
         self._no_calls: asyncio.Event | None = None
         self._running = 0  # calls whose handler has not returned: the concurrency count
         self._call_done: Signal | None = None
+        self._starter: CallStarter  # each run() makes its own, on its loop
         self._in_use: Counter[str] = Counter()
         self._in_flight_bytes = 0
         self._avg_payload_bytes: float | None = None
@@ -443,6 +438,7 @@ class Worker:
         if self._stopping:
             self._stop_event.set()
         self._call_done = Signal()
+        self._starter = CallStarter(asyncio.get_running_loop())
         self._heartbeats = Heartbeats(self._port, self._heartbeat_interval_ms, self._report)
         unsubscribe = self._port.subscribe_survived(lambda exc: self._report(exc, {"phase": "store"}))
         try:
@@ -538,7 +534,7 @@ class Worker:
                     # (task.retried, ...) before this claim's calls report theirs.
                     await asyncio.sleep(0)
                 self._dispatch(calls)
-                if _EAGER_TASK is not None:
+                if self._starter.eager:
                     # Calls that started eagerly and wrote inline resume (and
                     # report their settlements) before this loop claims again.
                     await asyncio.sleep(0)
@@ -618,17 +614,17 @@ class Worker:
         return max(1, int(room // max(1.0, self._avg_payload_bytes)))
 
     def _dispatch(self, calls: list[Call]) -> None:
-        """Start the calls of one claim, each in its own asyncio task."""
+        """Start the calls of one claim (``starter.CallStarter``: they share
+        an asyncio task until one suspends)."""
         store, worker_id, lease_ms = self._store, self._worker_id, self._lease_ms
         backoff_ms, backoff_max_ms = self._retry_backoff_ms, self._retry_backoff_max_ms
         settings, heartbeats, in_use = self._call_settings, self._heartbeats, self._in_use
         assert heartbeats is not None
         measure = self._max_in_flight_bytes is not None
-        loop = asyncio.get_running_loop()
-        # With no task factory set, tasks are made directly (what create_task
-        # would do, one frame less); on Python 3.12+ they start at once: a
-        # handler that does not suspend costs no trip through the ready queue.
-        start = (_EAGER_TASK or asyncio.Task) if loop.get_task_factory() is None else None
+        in_flight = self._calls
+        starts: list[StartedCall] = []
+        leased_tasks: list[Task] = []  # (held by the heartbeats as one lot)
+        leased_contexts: list[TaskContext] = []
         for reg, tasks in calls:
             contexts = new_contexts(store, tasks, worker_id, lease_ms, backoff_ms, backoff_max_ms)
             if _CLAIMED.on:
@@ -640,16 +636,16 @@ class Worker:
             self._in_flight_bytes += size
             self._running += 1
             hold = _Hold(self, tasks, contexts, held, size)
+            in_flight[hold] = None
             if reg is not None:
-                heartbeats.hold(contexts, map(_task_id, tasks))
-                work = run_call(settings, reg, contexts, hold)
+                leased_tasks += tasks
+                leased_contexts += contexts
+                starts.append((hold, run_call(settings, reg, contexts, hold), reg.name))
             else:
-                work = no_handler(settings, contexts, hold)
-            task = start(work, loop=loop) if start is not None else loop.create_task(work)
-            if not hold.is_settled:  # (an eager call may be over already)
-                if hold.is_running:  # (... or past its handler: then its task is not kept)
-                    hold.task = task
-                self._calls[hold] = None
+                starts.append((hold, no_handler(settings, contexts, hold), None))
+        if leased_tasks:
+            heartbeats.hold(leased_contexts, map(_task_id, leased_tasks))
+        self._starter.start(starts)
 
     def _release(self, hold: "_Hold") -> None:
         """A call's tasks are all settled (or it was cancelled): give back
@@ -759,5 +755,6 @@ class _Hold:
         """Nothing is left to write for the call: release the rest (once)."""
         if not self._settled:
             self._settled = True
-            self.handler_done()  # a call that ended before its handler did
+            if self._running:  # a call that ended before its handler did
+                self.handler_done()
             self._worker._release(self)

@@ -1,0 +1,242 @@
+"""Starting a claim's calls with as few asyncio tasks as they need.
+
+A no-op handler costs less than the asyncio ``Task`` that would run it: the
+task object, its trip through the ready queue (``call_soon`` and a
+``Handle``), its entry in asyncio's all-tasks ``WeakSet`` and the removal
+from it. So the calls of one claim share one task, which runs each call's
+first step in turn, each in a context of its own (a copy, as a task's
+would be). Most calls end there.
+
+A call that suspends keeps that task for the rest of its life: the task it
+saw as ``asyncio.current_task()`` from its first line on (what
+``asyncio.timeout``, ``TaskGroup`` and cancellation act on) is the one that
+goes on running it, alone, and the calls after it move to a new shared task.
+What a handler can tell apart is only that a handler before it in the same
+claim ran in the same task and finished there.
+
+A handler that suspended once starts with a task of its own for its next
+``OWN_TASK_CALLS`` calls, as every call did before (a shared task would hand
+its followers on one ready-queue trip at a time), then tries sharing again.
+
+On Python 3.12+ (``eager``) the tasks start at once, as the worker's tasks
+did there already.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections.abc
+import sys
+from contextvars import copy_context
+from functools import partial
+from typing import Any, Callable, Coroutine, Hashable, Optional, Protocol
+
+__all__ = ["OWN_TASK_CALLS", "CallStarter", "StartedCall", "StartedHold"]
+
+OWN_TASK_CALLS = 256
+
+_current_task = asyncio.current_task
+
+_NEW_TASK: Callable[..., "asyncio.Task[None]"] = asyncio.Task
+if sys.version_info >= (3, 12):
+    _NEW_TASK = partial(asyncio.Task, eager_start=True)
+
+if sys.version_info >= (3, 11):
+
+    def _cancel_requests(task: "asyncio.Task[Any]") -> Callable[[], int]:
+        return task.cancelling
+else:
+
+    def _cancel_requests(task: "asyncio.Task[Any]") -> Callable[[], int]:
+        # 3.10 counts nothing: a pending request is a flag.
+        return lambda: int(getattr(task, "_must_cancel", False))
+
+
+class StartedHold(Protocol):
+    """What the starter needs of a call's hold: the asyncio task that runs
+    it (kept only while the handler runs: ``None`` once it is done)."""
+
+    task: Optional["asyncio.Task[None]"]
+
+    @property
+    def is_running(self) -> bool: ...
+
+
+# A call to start: its hold, its coroutine, and the key of its handler.
+StartedCall = tuple[StartedHold, Coroutine[Any, Any, None], Hashable]
+
+
+class CallStarter:
+    """Starts calls (see the module's docstring); one per worker run."""
+
+    __slots__ = ("_loop", "_new_task", "_own_task_left")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        # How a task is made where no task factory is set: directly (what
+        # create_task would do, one frame less), started at once on 3.12+.
+        self._new_task: Callable[..., "asyncio.Task[None]"] = _NEW_TASK
+        # handler key -> calls still to start with a task of their own
+        self._own_task_left: dict[Hashable, int] = {}
+
+    @property
+    def eager(self) -> bool:
+        """Whether tasks start at once (their first step within ``start``)."""
+        return self._new_task is not asyncio.Task and self._loop.get_task_factory() is None
+
+    def start(self, calls: list[StartedCall]) -> None:
+        """Start ``calls`` (hold, coroutine, handler key), in order."""
+        own_left = self._own_task_left
+        if own_left:
+            shared: list[StartedCall] = []
+            for call in calls:
+                left = own_left.get(call[2])
+                if left:
+                    if left == 1:
+                        del own_left[call[2]]
+                    else:
+                        own_left[call[2]] = left - 1
+                    self._start_own(call)
+                else:
+                    shared.append(call)
+            calls = shared
+        if len(calls) == 1:
+            self._start_own(calls[0])
+        elif calls:
+            self._start_shared(calls)
+
+    def _start_own(self, call: StartedCall) -> None:
+        hold, work, _ = call
+        task = self._task(work)
+        if not task.done() and hold.is_running:  # (an eager one may be past its handler)
+            hold.task = task
+
+    def _start_shared(self, calls: list[StartedCall]) -> None:
+        step = _SharedStep(self, calls)
+        task = self._task(step)
+        if step.not_started:  # (not eagerly): every call waits for it
+            for hold, _, _ in calls:
+                hold.task = task
+
+    def _task(self, work: Coroutine[Any, Any, None]) -> "asyncio.Task[None]":
+        loop = self._loop
+        if loop.get_task_factory() is None:
+            return self._new_task(work, loop=loop)
+        return loop.create_task(work)
+
+    def _suspended(self, key: Hashable, calls: list[StartedCall], after: int) -> None:
+        """The call with ``key`` suspended in a shared task (which it keeps):
+        its handler's next calls get a task of their own, and the calls after
+        it in ``calls`` move on."""
+        self._own_task_left[key] = OWN_TASK_CALLS
+        if after < len(calls):
+            rest = calls[after:]
+            for hold, _, _ in rest:
+                hold.task = None
+            self.start(rest)
+
+
+class _SharedStep:
+    """The coroutine of a shared task: first steps of its calls, one after
+    the other, then (if one suspends) that call's further steps.
+
+    Written as a coroutine object rather than an ``async def`` so that a
+    task cancelled before its first step closes the calls it never started
+    (no "never awaited" warnings, nothing half-begun)."""
+
+    __slots__ = ("_starter", "_calls", "_next", "_current", "_context")
+
+    def __init__(self, starter: CallStarter, calls: list[StartedCall]) -> None:
+        self._starter = starter
+        self._calls = calls
+        self._next = 0  # the first call whose first step is still to come
+        self._current: Optional[Coroutine[Any, Any, None]] = None
+        self._context: Any = None
+
+    @property
+    def not_started(self) -> bool:
+        """No first step has been taken yet."""
+        return self._next == 0 and self._current is None
+
+    def send(self, value: Any) -> Any:
+        current = self._current
+        if current is not None:  # the call that suspended: its next step
+            return self._context.run(current.send, value)
+        return self._first_steps()
+
+    def throw(self, exc: Any, *rest: Any) -> Any:
+        if rest or isinstance(exc, type):  # the old three-argument form
+            exc = _exception(exc, *rest)
+        current = self._current
+        if current is None:  # cancelled before its first step
+            self._close_unstarted()
+            raise exc
+        return self._context.run(current.throw, exc)
+
+    def close(self) -> None:
+        current = self._current
+        if current is not None:
+            self._current = None
+            self._context.run(current.close)
+        else:
+            self._close_unstarted()
+
+    def __await__(self) -> "_SharedStep":
+        return self
+
+    def __iter__(self) -> "_SharedStep":
+        return self
+
+    def __next__(self) -> Any:
+        return self.send(None)
+
+    def _close_unstarted(self) -> None:
+        calls, first = self._calls, self._next
+        self._next = len(calls)
+        for i in range(first, len(calls)):
+            calls[i][1].close()
+
+    def _first_steps(self) -> Any:
+        calls = self._calls
+        task = _current_task()
+        assert task is not None
+        cancel_requests = _cancel_requests(task)
+        cancels = cancel_requests()
+        i, n = self._next, len(calls)
+        while i < n:
+            hold, work, key = calls[i]
+            i += 1
+            self._next = i
+            hold.task = task
+            context = copy_context()
+            try:
+                step = context.run(work.send, None)
+            except StopIteration:
+                pass
+            except asyncio.CancelledError:
+                pass  # the call's own (its hold was released on the way out)
+            except BaseException:
+                # KeyboardInterrupt, SystemExit: out through the task, as from
+                # a task of its own; the calls after it still start.
+                self._starter.start(calls[i:])
+                raise
+            else:
+                self._current, self._context = work, context
+                self._starter._suspended(key, calls, i)
+                return step
+            if cancel_requests() != cancels:
+                # A handler cancelled its own task (``current_task().cancel()``)
+                # and returned: the cancel lands on this task as it ends, so
+                # the calls after it move to another.
+                self._starter.start(calls[i:])
+                raise StopIteration
+        raise StopIteration
+
+
+def _exception(typ: Any, val: Any = None, tb: Any = None) -> BaseException:
+    exc = typ() if val is None else (val if isinstance(val, BaseException) else typ(val))
+    return exc.with_traceback(tb) if tb is not None else exc
+
+
+# asyncio takes any collections.abc.Coroutine as a task's coroutine.
+collections.abc.Coroutine.register(_SharedStep)
