@@ -181,6 +181,12 @@ class _SharedStep:
         else:
             self._close_unstarted()
 
+    @property
+    def __name__(self) -> str:  # (how asyncio names a task's coroutine in its repr)
+        if self._current is not None:
+            return f"cairnq call of {self._calls[self._next - 1][2]!r}"
+        return "cairnq calls"
+
     def __await__(self) -> "_SharedStep":
         return self
 
