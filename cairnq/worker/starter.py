@@ -15,8 +15,10 @@ What a handler can tell apart is only that a handler before it in the same
 claim ran in the same task and finished there.
 
 A handler that suspended once starts with a task of its own for its next
-``OWN_TASK_CALLS`` calls, as every call did before (a shared task would hand
-its followers on one ready-queue trip at a time), then tries sharing again.
+``OWN_TASK_CALLS`` calls, as every call did before (the calls behind a call
+that suspends in a shared task start one turn of the loop later). Then one
+call of it, the probe, goes last into its claim's shared task (nothing
+waits behind it): if it returns at once, the handler's calls share again.
 
 On Python 3.12+ (``eager``) the tasks start at once, as the worker's tasks
 did there already.
@@ -34,6 +36,7 @@ from typing import Any, Callable, Coroutine, Hashable, Optional, Protocol
 __all__ = ["OWN_TASK_CALLS", "CallStarter", "StartedCall", "StartedHold"]
 
 OWN_TASK_CALLS = 256
+_PROBING = -1  # (in _own_task_left) one call of the handler tries a shared task
 
 _current_task = asyncio.current_task
 
@@ -89,27 +92,56 @@ class CallStarter:
         own_left = self._own_task_left
         if own_left:
             shared: list[StartedCall] = []
+            own: list[StartedCall] = []
+            probe: Optional[StartedCall] = None
             for call in calls:
                 left = own_left.get(call[2])
-                if left:
-                    if left == 1:
-                        del own_left[call[2]]
-                    else:
-                        own_left[call[2]] = left - 1
-                    self._start_own(call)
-                else:
+                if left is None:
                     shared.append(call)
+                elif left > 0:
+                    own_left[call[2]] = left - 1
+                    own.append(call)
+                elif left == 0 and probe is None:
+                    own_left[call[2]] = _PROBING
+                    probe = call
+                else:
+                    own.append(call)
+            if own:
+                self._start_own(own)
+            if probe is not None:
+                if not shared:  # alone it would have a task of its own: not a probe
+                    own_left[probe[2]] = 0
+                # Last: were it to suspend again, no call would wait behind it.
+                shared.append(probe)
             calls = shared
         if len(calls) == 1:
-            self._start_own(calls[0])
-        elif calls:
+            self._start_own(calls)
+        elif len(calls) > 1:
             self._start_shared(calls)
 
-    def _start_own(self, call: StartedCall) -> None:
-        hold, work, _ = call
-        task = self._task(work)
-        if not task.done() and hold.is_running:  # (an eager one may be past its handler)
-            hold.task = task
+    def _shared_once_more(self, key: Hashable) -> None:
+        """A call with ``key`` did not suspend in a shared task: if it was its
+        handler's probe, its calls share from now on."""
+        if self._own_task_left.get(key) == _PROBING:
+            del self._own_task_left[key]
+
+    def _start_own(self, calls: list[StartedCall]) -> None:
+        """A task of its own for each call."""
+        loop = self._loop
+        if loop.get_task_factory() is not None:
+            for hold, work, _ in calls:
+                task = loop.create_task(work)
+                if not task.done() and hold.is_running:  # (the factory may start it)
+                    hold.task = task
+        elif self._new_task is asyncio.Task:
+            for hold, work, _ in calls:
+                hold.task = asyncio.Task(work, loop=loop)
+        else:
+            new_task = self._new_task
+            for hold, work, _ in calls:
+                task = new_task(work, loop=loop)
+                if not task.done() and hold.is_running:  # (it may be past its handler)
+                    hold.task = task
 
     def _start_shared(self, calls: list[StartedCall]) -> None:
         step = _SharedStep(self, calls)
@@ -130,9 +162,14 @@ class CallStarter:
         it in ``calls`` move on."""
         self._own_task_left[key] = OWN_TASK_CALLS
         if after < len(calls):
-            rest = calls[after:]
-            for hold, _, _ in rest:
-                hold.task = None
+            rest: list[StartedCall] = []
+            own: list[StartedCall] = []
+            for call in calls[after:]:
+                call[0].task = None
+                # (the calls of this claim are not counted: the calls to come are)
+                (own if call[2] == key else rest).append(call)
+            if own:
+                self._start_own(own)
             self.start(rest)
 
 
@@ -203,7 +240,7 @@ class _SharedStep:
             calls[i][1].close()
 
     def _first_steps(self) -> Any:
-        calls = self._calls
+        calls, starter = self._calls, self._starter
         task = _current_task()
         assert task is not None
         cancel_requests = _cancel_requests(task)
@@ -218,23 +255,24 @@ class _SharedStep:
             try:
                 step = context.run(work.send, None)
             except StopIteration:
-                pass
+                if starter._own_task_left:
+                    starter._shared_once_more(key)
             except asyncio.CancelledError:
                 pass  # the call's own (its hold was released on the way out)
             except BaseException:
                 # KeyboardInterrupt, SystemExit: out through the task, as from
                 # a task of its own; the calls after it still start.
-                self._starter.start(calls[i:])
+                starter.start(calls[i:])
                 raise
             else:
                 self._current, self._context = work, context
-                self._starter._suspended(key, calls, i)
+                starter._suspended(key, calls, i)
                 return step
             if cancel_requests() != cancels:
                 # A handler cancelled its own task (``current_task().cancel()``)
                 # and returned: the cancel lands on this task as it ends, so
                 # the calls after it move to another.
-                self._starter.start(calls[i:])
+                starter.start(calls[i:])
                 raise StopIteration
         raise StopIteration
 

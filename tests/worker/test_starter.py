@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import pytest
 
+from cairnq.worker import starter as starter_module
 from cairnq.worker.starter import OWN_TASK_CALLS, CallStarter
 
 
@@ -90,7 +91,43 @@ async def test_a_handler_that_suspended_starts_with_a_task_of_its_own_for_a_whil
     tasks = {name: task for name, task, *_ in log}
     assert tasks["x"] is not tasks["y"]
     assert tasks["p"] is tasks["q"]
-    assert starter._own_task_left["sleeper"] == OWN_TASK_CALLS - 3  # "t" had its own too
+    # "t", in the claim where it was learned, had its own too, not counted
+    assert starter._own_task_left["sleeper"] == OWN_TASK_CALLS - 2
+
+
+async def test_after_its_own_task_calls_one_call_of_the_handler_probes_last_in_the_shared_task(
+    monkeypatch,
+) -> None:
+    monkeypatch.setattr(starter_module, "OWN_TASK_CALLS", 2)
+    starter = CallStarter(asyncio.get_running_loop())
+    log: list[Any] = []
+    release = asyncio.Event()
+    _, calls = _calls(_suspends(log, "s", release), _returns(log, "t"), key="h")
+    starter.start(calls)
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.sleep(0.01)
+    _, own = _calls(_returns(log, "own1"), _returns(log, "own2"), key="h")
+    starter.start(own)  # its two calls with a task of their own
+    await asyncio.sleep(0)
+    # Then: one probe (placed after the other calls of the claim), the rest own.
+    holds, mixed = _calls(_returns(log, "probe"), _returns(log, "own3"), key="h")
+    _, others = _calls(_returns(log, "p"), _returns(log, "q"), key="other")
+    starter.start(mixed + others)
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    order = [name for name, *_ in log]
+    tasks = {name: task for name, task, *_ in log}
+    assert tasks["own1"] is not tasks["own2"]
+    assert tasks["probe"] is tasks["p"] is tasks["q"] is not tasks["own3"]
+    assert order.index("probe") > order.index("q")
+    # It returned at once: the handler's calls share again.
+    assert "h" not in starter._own_task_left
+    _, again = _calls(_returns(log, "x"), _returns(log, "y"), key="h")
+    starter.start(again)
+    await asyncio.sleep(0)
+    tasks = {name: task for name, task, *_ in log}
+    assert tasks["x"] is tasks["y"]
 
 
 def test_a_shared_task_cancelled_before_it_ran_closes_its_calls_unstarted() -> None:
