@@ -89,8 +89,6 @@ def _pg_idle_cases() -> list[tuple[str, str, str, dict[str, Any]]]:
 
 
 def _pg_literal(value: Any) -> str:
-    if value is None:
-        return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -207,68 +205,4 @@ async def test_postgres_idle_draws_do_not_walk_the_backlog(fresh_backend, statis
                 problems.append(
                     f"{name} ({label}, {plan_mode}): touched {pages} pages:\n{json.dumps(plan, indent=1)[:3000]}"
                 )
-    assert not problems, "\n\n".join(problems)
-
-
-# Postgres: statements that settle or renew the tasks a worker holds, by id.
-# Each must find its rows through the primary key. The lease index holds every
-# live lease of every worker (and the dead versions of the rows behind them
-# until a vacuum), so a plan that walks it grows with the whole fleet's running
-# tasks. A generic plan preferred it: a drain of handlers returning different
-# values ran at a third of its speed once the server settled on the generic
-# plan of complete_each.
-PG_BY_ID = [
-    "complete", "complete_many", "complete_each", "succeed", "fail", "heartbeat",
-    "heartbeat_batch", "progress",
-]  # fmt: skip
-PG_RUNNING_ELSEWHERE = 2_000
-
-
-@pytest.mark.parametrize("statistics", ["analyzed", "before-analyze"])
-async def test_postgres_settlements_go_by_id_not_by_lease(fresh_backend, statistics: str) -> None:
-    backend = fresh_backend
-    if backend.dialect != "postgres":
-        pytest.skip("PostgreSQL plans")
-    import psycopg
-
-    q = backend.client()
-    await _fill(q)
-    running = await q.store.claim(queues=["default"], worker_id="w", limit=4, names=["busy"])
-    ids = [task.id for task in running]
-    params = dict(_params(0), ids=ids, id=ids[0], results=[None, '{"r":1}', "2", None])
-    problems = []
-    with psycopg.connect(backend.target, autocommit=True, prepare_threshold=None) as conn:
-        conn.execute(  # other workers' running tasks, with live leases
-            "insert into cairnq_tasks (id, name, queue, status, payload, run_at_ms, created_at_ms,"
-            " updated_at_ms, worker_id, lease_until_ms, attempt)"
-            " select 'task_elsewhere_' || g, 'busy', 'default', 'running', '{}', 1, 1, 1,"
-            " 'w' || (g %% 50), 99999999999999, 1 from generate_series(1, %s) as g",
-            [PG_RUNNING_ELSEWHERE],
-        )
-        conn.execute("analyze cairnq_tasks" if statistics == "analyzed" else "select 1")
-        store = q.store
-        for plan_mode in ("force_generic_plan", "force_custom_plan"):
-            conn.execute(f"set plan_cache_mode = {plan_mode}")
-            for name in PG_BY_ID:
-                text, args = store._bind(name, params)
-                cur = psycopg.RawCursor(conn)
-                conn.execute("begin")
-                try:
-                    cur.execute(f"prepare plan_case as {text}")
-                    placeholders = ", ".join(_pg_literal(a) for a in args)
-                    cur.execute(
-                        "explain (format json) execute plan_case"
-                        + (f"({placeholders})" if args else "")
-                    )
-                    plan = cur.fetchone()[0][0]["Plan"]
-                finally:
-                    conn.execute("rollback")
-                    conn.execute("deallocate plan_case")
-                indexes = set(re.findall(r'"Index Name": "(\w+)"', json.dumps(plan)))
-                scans = set(re.findall(r'"Node Type": "(Seq Scan)"', json.dumps(plan)))
-                if indexes != {"cairnq_tasks_pkey"} or scans:
-                    problems.append(
-                        f"{name} ({plan_mode}): reads {sorted(indexes | scans)}:\n"
-                        f"{json.dumps(plan, indent=1)[:2000]}"
-                    )
     assert not problems, "\n\n".join(problems)

@@ -12,13 +12,8 @@ set status = case when t.cancel_requested_at_ms is null then 'succeeded' else 'c
     completed_at_ms = (extract(epoch from now()) * 1000)::bigint,
     updated_at_ms = (extract(epoch from now()) * 1000)::bigint
 from unnest(:ids::text[], :results::text[]) as s (id, result)
-where t.id = any(:ids::text[])  -- (the key itself, for the planner: see below)
-  and t.id = s.id
-  -- The ownership check as one expression that no index answers, so every
-  -- plan (a generic one too) finds the rows by id: through the status or
-  -- lease index it would walk every running task in the table, every
-  -- worker's, and the dead versions behind them.
-  and coalesce(t.status = 'running'
-               and t.worker_id = :worker_id
-               and t.lease_until_ms > (extract(epoch from now()) * 1000)::bigint, false)
+where t.id = s.id
+  and t.status = 'running'
+  and t.worker_id = :worker_id
+  and t.lease_until_ms > (extract(epoch from now()) * 1000)::bigint
 returning t.id, t.status

@@ -5,11 +5,7 @@ update cairnq_tasks
 set lease_until_ms = (extract(epoch from now()) * 1000)::bigint + :lease_ms,
     updated_at_ms = (extract(epoch from now()) * 1000)::bigint
 where id = any(:ids::text[])
-  -- The ownership check as one expression that no index answers, so every
-  -- plan (a generic one too) finds the rows by id: through the status or
-  -- lease index it would walk every running task in the table, every
-  -- worker's, and the dead versions behind them.
-  and coalesce(status = 'running'
-               and worker_id = :worker_id
-               and lease_until_ms > (extract(epoch from now()) * 1000)::bigint, false)
+  and status = 'running'
+  and worker_id = :worker_id
+  and lease_until_ms > (extract(epoch from now()) * 1000)::bigint
 returning id, cancel_requested_at_ms
