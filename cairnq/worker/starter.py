@@ -127,34 +127,25 @@ class CallStarter:
 
     def _start_own(self, calls: list[StartedCall]) -> None:
         """A task of its own for each call."""
-        loop = self._loop
-        if loop.get_task_factory() is not None:
-            for hold, work, _ in calls:
-                task = loop.create_task(work)
-                if not task.done() and hold.is_running:  # (the factory may start it)
-                    hold.task = task
-        elif self._new_task is asyncio.Task:
-            for hold, work, _ in calls:
-                hold.task = asyncio.Task(work, loop=loop)
-        else:
-            new_task = self._new_task
-            for hold, work, _ in calls:
-                task = new_task(work, loop=loop)
-                if not task.done() and hold.is_running:  # (it may be past its handler)
-                    hold.task = task
+        new_task = self._task_maker()
+        for hold, work, _ in calls:
+            task = new_task(work)
+            if not task.done() and hold.is_running:  # (an eager one may be past its handler)
+                hold.task = task
 
     def _start_shared(self, calls: list[StartedCall]) -> None:
         step = _SharedStep(self, calls)
-        task = self._task(step)
+        task = self._task_maker()(step)
         if step.not_started:  # (not eagerly): every call waits for it
             for hold, _, _ in calls:
                 hold.task = task
 
-    def _task(self, work: Coroutine[Any, Any, None]) -> "asyncio.Task[None]":
+    def _task_maker(self) -> Callable[[Coroutine[Any, Any, None]], "asyncio.Task[None]"]:
+        """How tasks are made now: through the loop's factory if one is set."""
         loop = self._loop
         if loop.get_task_factory() is None:
-            return self._new_task(work, loop=loop)
-        return loop.create_task(work)
+            return partial(self._new_task, loop=loop)
+        return loop.create_task
 
     def _suspended(self, key: Hashable, calls: list[StartedCall], after: int) -> None:
         """The call with ``key`` suspended in a shared task (which it keeps):
