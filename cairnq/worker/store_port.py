@@ -12,7 +12,6 @@ import asyncio
 from typing import Any, Awaitable
 
 from cairnq.store.base import TaskStore
-from cairnq.store.own import is_own
 from cairnq.store.ports import StoreWorkerPort
 from cairnq.worker.completions import Completions, Outcome
 
@@ -38,7 +37,7 @@ class StorePort(StoreWorkerPort):
         ``told(status, exc)`` hears how it went. False (nothing queued) when
         the store's ``complete`` is not cairnq's own: the caller awaits
         ``complete`` instead. Raises SerializationError (nothing queued)."""
-        if is_own(self.store, "complete"):  # (ours: without the port's own() frame)
+        if self.own("complete"):
             self._completions.complete_later(task_id, result, told)
             return True
         return False

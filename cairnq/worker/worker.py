@@ -755,6 +755,5 @@ class _Hold:
         """Nothing is left to write for the call: release the rest (once)."""
         if not self._settled:
             self._settled = True
-            if self._running:  # a call that ended before its handler did
-                self.handler_done()
+            self.handler_done()  # a call that ended before its handler did
             self._worker._release(self)
