@@ -53,6 +53,18 @@ def _suspends(log: list[Any], name: str, release: asyncio.Event):
     return step
 
 
+async def _suspend_once(starter: CallStarter, log: list[Any], key: str) -> None:
+    """A claim of two calls of ``key`` (a lone call has a task of its own
+    anyway) whose first suspends in the shared task, then ends; the second,
+    "t", returns at once."""
+    release = asyncio.Event()
+    _, calls = _calls(_suspends(log, "s", release), _returns(log, "t"), key=key)
+    starter.start(calls)
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.sleep(0.01)
+
+
 async def test_calls_that_return_at_once_share_one_task_and_a_suspended_one_keeps_it() -> None:
     log: list[Any] = []
     release = asyncio.Event()
@@ -76,12 +88,7 @@ async def test_calls_that_return_at_once_share_one_task_and_a_suspended_one_keep
 async def test_a_handler_that_suspended_starts_with_a_task_of_its_own_for_a_while() -> None:
     starter = CallStarter(asyncio.get_running_loop())
     log: list[Any] = []
-    release = asyncio.Event()
-    _, calls = _calls(_suspends(log, "s", release), _returns(log, "t"), key="sleeper")
-    starter.start(calls)  # (a lone call has a task of its own anyway)
-    await asyncio.sleep(0)
-    release.set()
-    await asyncio.sleep(0.01)
+    await _suspend_once(starter, log, "sleeper")
     # Its next calls, two in one claim, get one task each; another key still shares.
     _, again = _calls(_returns(log, "x"), _returns(log, "y"), key="sleeper")
     _, others = _calls(_returns(log, "p"), _returns(log, "q"), key="other")
@@ -101,12 +108,7 @@ async def test_after_its_own_task_calls_one_call_of_the_handler_probes_last_in_t
     monkeypatch.setattr(starter_module, "OWN_TASK_CALLS", 2)
     starter = CallStarter(asyncio.get_running_loop())
     log: list[Any] = []
-    release = asyncio.Event()
-    _, calls = _calls(_suspends(log, "s", release), _returns(log, "t"), key="h")
-    starter.start(calls)
-    await asyncio.sleep(0)
-    release.set()
-    await asyncio.sleep(0.01)
+    await _suspend_once(starter, log, "h")
     _, own = _calls(_returns(log, "own1"), _returns(log, "own2"), key="h")
     starter.start(own)  # its two calls with a task of their own
     await asyncio.sleep(0)
