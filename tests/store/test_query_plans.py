@@ -89,6 +89,8 @@ def _pg_idle_cases() -> list[tuple[str, str, str, dict[str, Any]]]:
 
 
 def _pg_literal(value: Any) -> str:
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -206,3 +208,68 @@ async def test_postgres_idle_draws_do_not_walk_the_backlog(fresh_backend, statis
                     f"{name} ({label}, {plan_mode}): touched {pages} pages:\n{json.dumps(plan, indent=1)[:3000]}"
                 )
     assert not problems, "\n\n".join(problems)
+
+
+# Postgres: complete_each (a batch of completions with results of their own)
+# must reach its rows by id, however many tasks other workers hold and
+# whatever the statistics say: through the lease index it walks every task
+# claimed within a lease's time, every worker's (test_sql_annotations pins
+# that it is sent unprepared, so the custom plan is the one it runs with).
+PG_RUNNING_ELSEWHERE = 20_000
+PG_PAGES_PER_ROW = 40  # its heap page and every index it is written into (about 30 measured)
+
+
+def _tasks_reads(plan: dict[str, Any]) -> set[str]:
+    """How the plan reads cairnq_tasks: the indexes it searches, "Seq Scan" for a scan."""
+    found = set()
+    if "Index Name" in plan:
+        found.add(plan["Index Name"])
+    elif plan["Node Type"] == "Seq Scan":
+        found.add("Seq Scan")
+    for child in plan.get("Plans", []):
+        found |= _tasks_reads(child)
+    return found
+
+
+@pytest.mark.parametrize("statistics", ["analyzed", "before-analyze", "taken-small"])
+async def test_postgres_complete_each_reaches_its_rows_by_id(fresh_backend, statistics: str) -> None:
+    backend = fresh_backend
+    if backend.dialect != "postgres":
+        pytest.skip("PostgreSQL plans (SQLite's are pinned in test_sqlite_plans)")
+    import psycopg
+
+    q = backend.client()
+    await asyncio.gather(*(q.submit("busy", {"i": i}) for i in range(100)))
+    problems = []
+    with psycopg.connect(backend.target, autocommit=True, prepare_threshold=None) as conn:
+        held = [t.id for t in await q.store.claim(queues=["default"], worker_id="w", limit=64, names=["busy"])]
+        if statistics == "taken-small":  # measured when the table was small, most of it held
+            conn.execute("analyze cairnq_tasks")
+        far = int(time.time() * 1000) + 3_600_000
+        conn.execute(  # a fleet's worth of tasks other workers hold
+            "insert into cairnq_tasks (id, name, queue, status, payload, worker_id, lease_until_ms, attempt,"
+            " run_at_ms, created_at_ms, updated_at_ms)"
+            " select 'task_elsewhere_' || g, 'busy', 'default', 'running', '{}', 'other_' || (g %% 50), %s, 1,"
+            " 1, 1, 1 from generate_series(1, %s) as g",
+            [far, PG_RUNNING_ELSEWHERE],
+        )
+        if statistics == "analyzed":
+            conn.execute("analyze cairnq_tasks")
+        conn.execute("set plan_cache_mode = force_custom_plan")
+        for n in (2, 8, 64):
+            ids = held[:n]
+            params = dict(_params(0), ids=ids, worker_id="w", results=['{"r":1}', None] * (n // 2))
+            text, args = q.store._bind("complete_each", params)
+            cur = psycopg.RawCursor(conn)
+            conn.execute("begin")
+            try:
+                cur.execute(f"explain (analyze, buffers, format json) {text}", args)
+                plan = cur.fetchone()[0][0]["Plan"]
+            finally:
+                conn.execute("rollback")
+            pages = plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
+            reads = _tasks_reads(plan)
+            if plan.get("Actual Rows") != n or pages > PG_PAGES_PER_ROW * n or reads != {"cairnq_tasks_pkey"}:
+                problems.append(f"{n} ids: {plan.get('Actual Rows')} rows, {pages} pages, read by {reads}")
+    await q.close()
+    assert not problems, "\n".join(problems)

@@ -81,6 +81,15 @@ def test_every_value_planned_per_value_is_a_text_parameter_of_its_statement() ->
         assert set(params) <= LITERAL_PARAMS, name
 
 
+# PostgreSQL statements sent unprepared (plan-custom), and the values their plans depend on.
+PLANNED_CUSTOM = {"complete_each": ("ids",)}
+
+
+def test_the_statements_planned_with_their_values_are_pinned() -> None:
+    assert _annotated("postgres", "plan_custom") == PLANNED_CUSTOM
+    assert _annotated("sqlite", "plan_custom") == {}
+
+
 def test_the_echoed_inserts_are_pinned() -> None:
     assert set(_annotated("sqlite", "echo_row")) == ECHOED
     assert _annotated("postgres", "echo_row") == {}
@@ -191,6 +200,9 @@ def test_a_reformatted_file_keeps_its_fast_path(protocol_copy: Path) -> None:
         ("postgres", "claim", lambda t: t.replace("plan-per-value queues", "plan-per-value queue"), "not parameters"),
         ("postgres", "claim", lambda t: t.replace("plan-per-value queues names", "plan-per-value"), "no values"),
         ("sqlite", "claim", lambda t: "-- cairnq: plan-per-value queues\n" + t, "applies to"),
+        ("postgres", "complete_each", lambda t: t.replace("plan-custom ids", "plan-custom id"), "not parameters"),
+        ("postgres", "complete_each", lambda t: t.replace("plan-custom ids", "plan-custom ids ids"), "twice"),
+        ("sqlite", "complete_each", lambda t: "-- cairnq: plan-custom ids\n" + t, "applies to"),
         ("postgres", "insert_task", lambda t: "-- cairnq: echo-row id\n" + t, "applies to"),
         ("sqlite", "insert_task", lambda t: t.replace("attempt=0", "attempt=0+1"), "echo-row entry"),
         ("sqlite", "insert_task", lambda t: t.replace("root_id correlation_id", "root_id root_id"), "twice"),
@@ -215,4 +227,4 @@ def test_an_echo_row_missing_a_column_is_refused(protocol_copy: Path) -> None:
 def test_annotations_are_read_from_comments_only() -> None:
     text = "-- cairnq: plan-per-value a\n-- see cairnq: x\nselect '-- cairnq: echo-row x' as t"
     assert read_annotations(text) == {"plan-per-value": ("a",)}
-    assert set(ANNOTATIONS) == {"echo-row", "plan-per-value"}
+    assert set(ANNOTATIONS) == {"echo-row", "plan-per-value", "plan-custom"}

@@ -250,17 +250,18 @@ class PoolExecutor:
                 yield self._session(conn)
 
     async def _write_batch(
-        self, statements: Sequence[tuple[str, Sequence[Any]]]
+        self, statements: Sequence[tuple[str, Sequence[Any], bool]]
     ) -> list[list[tuple[Any, ...]]]:
-        """Run every statement in one transaction, pipelined: one round trip,
-        one commit. Any error aborts (and rolls back) the whole batch."""
+        """Run every statement ``(text, values, prepare)`` in one transaction,
+        pipelined: one round trip, one commit. Any error aborts (and rolls
+        back) the whole batch."""
         async with self._pool.connection() as conn:
             session = self._session(conn)
             cursors = session._take_cursors(len(statements))
             async with conn.transaction():
                 async with conn.pipeline():
-                    for cur, (text, values) in zip(cursors, statements):
-                        await cur.execute(text, values)
+                    for cur, (text, values, prepare) in zip(cursors, statements):
+                        await cur.execute(text, values, prepare=None if prepare else False)
                 results = []
                 for cur in cursors:
                     results.append(await cur.fetchall() if _has_rows(cur) else [])

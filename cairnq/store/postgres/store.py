@@ -84,6 +84,8 @@ class PostgresStore(TaskStore):
         # Statements annotated plan-per-value (see cairnq._sql.ANNOTATIONS): those values.
         self._selective = {n: s.plan_per_value for n, s in self._statements.items() if s.plan_per_value}
         self._with_literals: dict[tuple[Any, ...], tuple[str, tuple[str, ...]]] = {}
+        # Statements annotated plan-custom: sent unprepared, planned with each call's values.
+        self._unprepared = frozenset(n for n, s in self._statements.items() if s.plan_custom)
         self._executor: Any = None
         self._owns_executor = isinstance(source, str)
         self._rows: Callable[..., Awaitable[list[Any]]] | None = None
@@ -282,12 +284,13 @@ class PostgresStore(TaskStore):
             await self._connected()
         text, values = self._bind(name, params)
         read = self._statements[name].is_read
+        prepare = name not in self._unprepared
         try:
             if read or not grouped:
                 assert self._rows is not None
-                return await self._rows(text, values)
+                return await self._rows(text, values, prepare)
             assert self._writes is not None
-            return await self._writes.write(text, values)
+            return await self._writes.write(text, values, prepare)
         except Exception as exc:
             if not _connection_lost(exc):
                 raise
@@ -295,7 +298,7 @@ class PostgresStore(TaskStore):
             if not read:
                 raise  # a write is never replayed: it may have committed
             assert self._rows is not None
-            return await self._rows(text, values)
+            return await self._rows(text, values, prepare)
 
     async def _recover_connections(self) -> None:
         recover = getattr(self._executor, "_recover", None)
@@ -319,9 +322,10 @@ class PostgresStore(TaskStore):
 
                 def fetch(name: str, params: dict[str, Any]) -> Awaitable[list[Any]]:
                     text, values = self._bind(name, params)
+                    prepare = name not in self._unprepared
                     if _STATEMENTS.on:
-                        return observed(name, DIALECT, rows_of(text, values))
-                    return rows_of(text, values)
+                        return observed(name, DIALECT, rows_of(text, values, prepare))
+                    return rows_of(text, values, prepare)
 
                 yield fetch, session
         except Exception as exc:

@@ -24,13 +24,13 @@ class Sends:
         self.sent_at: list[int] = []  # the loop turn (clock()) each lone write was sent in
         rows, many = batcher._rows, batcher._batch_writer
 
-        async def lone(text: str, values: list[Any]) -> list[Any]:
+        async def lone(text: str, values: list[Any], prepare: bool = True) -> list[Any]:
             self.lone += 1
             if clock is not None:
                 self.sent_at.append(clock())
-            return await rows(text, values)
+            return await rows(text, values, prepare)
 
-        async def batch(writes: list[tuple[str, list[Any]]]) -> list[Any]:
+        async def batch(writes: list[tuple[str, list[Any], bool]]) -> list[Any]:
             self.batches.append(len(writes))
             return await many(writes)
 
