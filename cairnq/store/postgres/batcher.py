@@ -67,7 +67,9 @@ class PgWriteBatcher:
         finally:
             self._flusher = None
 
-    async def _one(self, text: str, values: list[Any], prepare: bool, future: asyncio.Future[list[Any]]) -> None:
+    async def _one(
+        self, text: str, values: list[Any], prepare: bool, future: asyncio.Future[list[Any]]
+    ) -> None:
         try:
             rows = await self._rows(text, values, prepare)
         except Exception as exc:

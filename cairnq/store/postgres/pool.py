@@ -2,9 +2,11 @@
 
 Implements the ``PgExecutor`` seam (``$n`` placeholders through psycopg's raw
 cursor, scripts over the simple query protocol, ``transaction()``, ``listen``)
-plus two fast paths the store uses when present: ``_query_raw`` (rows as
-tuples) and ``_write_batch`` (several statements in one transaction, sent in
-pipeline mode: one round trip and one commit for all of them).
+plus two fast paths the store uses when present: ``_query_raw(text, values,
+prepare)`` (rows as tuples) and ``_write_batch([(text, values, prepare),
+...])`` (several statements in one transaction, sent in pipeline mode: one
+round trip and one commit for all of them). ``prepare=False`` sends a
+statement unprepared, planned with its values (``-- cairnq: plan-custom``).
 
 jsonb and json come back as text: the store decodes JSON itself (the same
 exact decoder as on SQLite), so the wire-form probe finds text.

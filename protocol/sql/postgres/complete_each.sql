@@ -1,9 +1,10 @@
 -- complete for many tasks of one worker, each with its own result (a drain
 -- of handlers returning different values settles in one statement per poll
 -- instead of one per task). :ids and :results are arrays of the same length,
--- paired by position; each result is the JSON text to store, or null. Per row
--- exactly complete.sql: ownership-checked, cancel wins. Returns the rows it
--- settled; an id missing lost its lease.
+-- paired by position; each result is the JSON text to store, or null. The ids
+-- are distinct (the worker never repeats one in a batch). Per row exactly
+-- complete.sql: ownership-checked, cancel wins. Returns the rows it settled;
+-- an id missing lost its lease.
 --
 -- Reached by id, never through the lease index: that index also holds every
 -- task claimed within a lease's time and settled since (dead entries a bitmap

@@ -36,13 +36,23 @@ async def test_plan_custom_statements_are_never_prepared_alone_or_batched(pg: An
         for batch in (held[0:2], held[2:4]):  # alone: nothing else in flight
             settled = await store._complete_each_json(batch, "w", ['{"a":1}', None], deferred=False)
             assert settled == {batch[0]: "succeeded", batch[1]: "succeeded"}
-        # Together: the write batcher pipelines them in one transaction.
-        each, many, beats = await asyncio.gather(
+        # Together: the first goes alone, the two behind it are pipelined in
+        # one transaction by the write batcher (seen on their way).
+        batches: list[list[tuple[str, bool]]] = []
+        writer = store._writes._batch_writer
+
+        async def seen(statements: list[tuple[str, list[Any], bool]]) -> Any:
+            batches.append([(text, prepare) for text, _, prepare in statements])
+            return await writer(statements)
+
+        store._writes._batch_writer = seen
+        beats, each, many = await asyncio.gather(
+            store.heartbeat_batch(task_ids=held[7:], worker_id="w"),
             store._complete_each_json(held[4:6], "w", ['{"a":2}', "3"], deferred=False),
             store.complete_many(task_ids=held[6:7], worker_id="w", result=None),
-            store.heartbeat_batch(task_ids=held[7:], worker_id="w"),
         )
         assert set(each) == set(held[4:6]) and set(many) == {held[6]} and set(beats) == {held[7]}
+        assert batches == [[(store._sql("complete_each"), False), (store._sql("complete_many"), True)]]
         assert [(await store.get(task_id=i)).result for i in (held[0], held[1], held[4], held[5])] == [
             {"a": 1}, None, {"a": 2}, 3,
         ]  # fmt: skip
