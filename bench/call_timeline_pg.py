@@ -1,0 +1,175 @@
+"""Where a PostgreSQL ``call()``'s time goes: both processes on one clock.
+
+    python bench/call_timeline_pg.py                  # 200 warm-up calls, then 60 traced
+    python bench/call_timeline_pg.py --calls 200 --show 3
+
+The PostgreSQL twin of ``call_timeline.py``: a caller in this process and a
+worker (concurrency 4) in a second one share a fresh database. Both log, on
+``time.monotonic()`` (one clock for every process on Linux), every protocol
+statement (cairnq's ``statement`` events: from the statement's hand-over to
+the driver to its answer), every ``cairnq_queued`` / ``cairnq_done``
+notification their listener takes in, and the worker the moment its handler
+runs. For a few calls it prints the merged timeline; for all of them, the
+median of each phase:
+
+    insert -> notified   the caller's insert sent -> the worker's listener hears cairnq_queued
+    -> claim sent         the worker wakes and sends its claim
+    claim                 the claim's round trip (its commit included)
+    -> handler            the claimed row -> the handler runs
+    -> completion sent    the handler returns -> its completion is sent
+    completion            the completion's round trip (its commit included)
+    -> caller notified    -> the caller's listener hears cairnq_done
+    -> get sent           the caller wakes and sends its read
+    get                   the read's round trip
+    -> returned           -> call() returns
+
+The listener's hook is wrapped in both processes (bench only: one Python
+call per notification); subscribing to statement events costs each
+statement a little too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+Entry = tuple[float, float, str, str]  # start, end, who ("c" or "w"), what
+
+
+def logging_into(log: list[Entry], who: str) -> Callable[[], None]:
+    """Append this process's statements and notifications to ``log`` (before
+    its store connects: a listener keeps the hook it started with)."""
+    from cairnq import events
+    from cairnq.store.postgres.listener import Listener
+
+    def statement(event: Any) -> None:
+        now = time.monotonic()
+        log.append((now - event.duration_s, now, who, event.name))
+
+    heard = Listener._on_notify
+
+    def on_notify(self: Any, channel: str, payload: Any) -> None:
+        now = time.monotonic()
+        log.append((now, now, who, f"NOTIFY {channel}"))
+        heard(self, channel, payload)
+
+    Listener._on_notify = on_notify  # type: ignore[method-assign]
+    return events.subscribe(statement, ["statement"])
+
+
+_WORKER = r"""
+import atexit, json, sys, time
+sys.path.insert(0, sys.argv[3])
+from call_timeline_pg import logging_into
+from cairnq import Worker
+
+log = []
+logging_into(log, "w")
+worker = Worker.postgres(sys.argv[1], concurrency=4)
+
+@worker.task("echo")
+async def echo(ctx, payload):
+    now = time.monotonic()
+    log.append((now, now, "w", "HANDLER"))
+    return payload
+
+atexit.register(lambda: open(sys.argv[2], "w").write(json.dumps(log)))
+worker.serve()
+"""
+
+
+async def trace(dsn: str, worker_log: str, warm_up: int, calls: int) -> tuple[list[Entry], list[Entry]]:
+    from cairnq import CairnQ
+
+    log: list[Entry] = []
+    logging_into(log, "c")
+    async with CairnQ.postgres(dsn) as q:
+        await q.connect()
+        here = os.path.dirname(os.path.abspath(__file__))
+        proc = subprocess.Popen([sys.executable, "-c", _WORKER, dsn, worker_log, here], stdin=subprocess.DEVNULL)
+        try:
+            await q.call("echo", {}, timeout_ms=60_000)
+            for i in range(warm_up):
+                await q.call("echo", {"i": i}, timeout_ms=30_000)
+            log.clear()
+            for i in range(calls):
+                started = time.monotonic()
+                await q.call("echo", {"i": i}, timeout_ms=30_000)
+                log.append((started, time.monotonic(), "c", "CALL"))
+        finally:
+            proc.send_signal(signal.SIGINT)  # the worker drains and writes its log
+            proc.wait(timeout=30)
+    with open(worker_log) as f:
+        return log, [tuple(e) for e in json.load(f)]
+
+
+def phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
+    """One call's phases (ms), or None when its timeline is not the usual one."""
+
+    def first(who: str, prefix: str) -> Entry:
+        return next(e for e in during if e[2] == who and e[3].startswith(prefix))
+
+    try:
+        insert, queued = first("c", "insert_task"), first("w", "NOTIFY cairnq_queued")
+        claim, handler = first("w", "claim"), first("w", "HANDLER")
+        complete, done = first("w", "complete"), first("c", "NOTIFY cairnq_done")
+        get = first("c", "get")
+    except StopIteration:
+        return None
+    ms = 1000
+    return {
+        "insert -> notified": (queued[0] - insert[0]) * ms,
+        "-> claim sent": (claim[0] - queued[0]) * ms,
+        "claim": (claim[1] - claim[0]) * ms,
+        "-> handler": (handler[0] - claim[1]) * ms,
+        "-> completion sent": (complete[0] - handler[0]) * ms,
+        "completion": (complete[1] - complete[0]) * ms,
+        "-> caller notified": (done[0] - complete[1]) * ms,
+        "-> get sent": (get[0] - done[0]) * ms,
+        "get": (get[1] - get[0]) * ms,
+        "-> returned": (call[1] - get[1]) * ms,
+        "call": (call[1] - call[0]) * ms,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--warm-up", type=int, default=200)
+    parser.add_argument("--calls", type=int, default=60)
+    parser.add_argument("--show", type=int, default=2, help="print the full timeline of this many calls")
+    args = parser.parse_args()
+    from compare import Database  # (not in the worker, which imports this module for logging_into)
+
+    worker_log = os.path.join(tempfile.mkdtemp(prefix="cairnq-timeline-logs-"), "worker.json")
+    with Database("postgres") as dsn:
+        caller, worker = asyncio.run(trace(dsn, worker_log, args.warm_up, args.calls))
+    events = sorted(caller + worker)
+    calls = [e for e in caller if e[3] == "CALL"]
+    found = []
+    for k, call in enumerate(calls):
+        during = [e for e in events if call[0] <= e[0] <= call[1] and e[3] != "CALL"]
+        if k < args.show:
+            print(f"-- call {k}: {(call[1] - call[0]) * 1000:.3f} ms (start, duration, who, what)")
+            for start, end, who, what in during:
+                print(f"   {(start - call[0]) * 1000:7.3f} +{(end - start) * 1000:6.3f}  {who}  {what}")
+        got = phases(call, during)
+        if got is not None:
+            found.append(got)
+    print(f"\nmedian of {len(found)} of {len(calls)} calls (ms):")
+    for name in found[0] if found else ():
+        print(f"  {name:<20} {statistics.median(p[name] for p in found):6.3f}")
+
+
+if __name__ == "__main__":
+    main()
