@@ -21,6 +21,11 @@ once per claim, finding almost nothing to free.
 thread waiting for the GIL lets the running one go on (5 ms by default).
 It matters wherever a commit runs on the committer thread (see
 ``cairnq/store/sqlite/engine.py``).
+
+``--wal-autocheckpoint N`` sets that pragma on the worker's connection
+(SQLite's default: 1000 pages; 0: no checkpoints during the drain): the
+COMMITs that also checkpoint the WAL are the slow tail of the COMMIT
+line, whose median, 90th percentile and maximum are printed too.
 """
 
 from __future__ import annotations
@@ -60,13 +65,18 @@ class TimedConnection:
         return getattr(self._conn, name)
 
 
-def _by_kind(times: dict[str, list[float]]) -> Callable[[str, float, float], None]:
-    """A recorder that adds each statement's count and time to its kind's."""
+def _by_kind(
+    times: dict[str, list[float]], commits: list[float] | None = None
+) -> Callable[[str, float, float], None]:
+    """A recorder that adds each statement's count and time to its kind's
+    (and each COMMIT's time to ``commits``)."""
 
     def record(sql: str, started: float, ended: float) -> None:
         entry = times[_kind(sql)]
         entry[0] += 1
         entry[1] += ended - started
+        if commits is not None and sql == "COMMIT":
+            commits.append(ended - started)
 
     return record
 
@@ -78,12 +88,20 @@ def _kind(sql: str) -> str:
 
 
 async def drain(
-    db: str, concurrency: int, tasks: int, times: dict[str, list[float]], passes: CollectorPasses
+    db: str,
+    concurrency: int,
+    tasks: int,
+    times: dict[str, list[float]],
+    passes: CollectorPasses,
+    commits: list[float] | None = None,
+    wal_autocheckpoint: int | None = None,
 ) -> float:
     async with client(db) as q:
         await q.store.connect()
         engine = q.store._engine  # bench only: the store's one engine
-        engine.conn = TimedConnection(engine.conn, _by_kind(times))
+        if wal_autocheckpoint is not None:
+            engine.conn.execute(f"pragma wal_autocheckpoint = {int(wal_autocheckpoint)}")
+        engine.conn = TimedConnection(engine.conn, _by_kind(times, commits))
         worker, done = counting_worker(q.store, concurrency)
         started = time.perf_counter()
         passes.start()
@@ -102,6 +120,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--switch-interval", type=float, default=None)
+    parser.add_argument("--wal-autocheckpoint", type=int, default=None)
     args = parser.parse_args()
     if args.switch_interval is not None:
         sys.setswitchinterval(args.switch_interval)
@@ -109,7 +128,10 @@ def main() -> None:
     asyncio.run(prepare_backlog(db, args.tasks))
     times: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
     passes = CollectorPasses()
-    elapsed = asyncio.run(drain(db, args.concurrency, args.tasks, times, passes))
+    commits: list[float] = []
+    elapsed = asyncio.run(
+        drain(db, args.concurrency, args.tasks, times, passes, commits, args.wal_autocheckpoint)
+    )
     n = args.tasks
     in_db = sum(spent for _, spent in times.values())
     print(f"{n:,} tasks at concurrency {args.concurrency}: {n / elapsed:,.0f} tasks/s, "
@@ -117,6 +139,11 @@ def main() -> None:
     print(f"{'statement':<44}{'calls':>7}{'us/task':>10}{'us/call':>10}")
     for kind, (calls, spent) in sorted(times.items(), key=lambda kv: -kv[1][1]):
         print(f"{kind:<44}{calls:>7}{spent / n * 1e6:>10.2f}{spent / calls * 1e6:>10.1f}")
+    if commits:
+        commits.sort()
+        median, p90 = commits[len(commits) // 2], commits[int(len(commits) * 0.9)]
+        print(f"  COMMIT: median {median * 1e3:.3f} ms, 90th percentile {p90 * 1e3:.3f} ms, "
+              f"max {commits[-1] * 1e3:.3f} ms")  # fmt: skip
     print(f"{'in the database':<44}{'':>7}{in_db / n * 1e6:>10.2f}")
     print(f"{'the rest (ours: loop, dispatch, bookkeeping)':<44}{'':>7}{(elapsed - in_db) / n * 1e6:>10.2f}")
     for generation in range(3):
