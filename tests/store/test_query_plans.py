@@ -215,7 +215,11 @@ async def test_postgres_idle_draws_do_not_walk_the_backlog(fresh_backend, statis
 # (postgres/test_pg_unprepared_statements.py), so it runs with a plan made for
 # its values: what EXPLAIN of the statement with those values shows.
 PG_RUNNING_ELSEWHERE = 20_000
-PG_PAGES_PER_ROW = 40  # its heap page and every index it is written into (about 30 measured)
+# Pages a settlement may touch: each row's heap page and every index it is
+# written into (about 30 a row measured), with room for page splits. A walk
+# of the lease index adds hundreds (and is caught by name below in any case).
+PG_PAGES_PER_ROW = 40
+PG_PAGES_SLACK = 40
 
 
 def _tasks_reads(plan: dict[str, Any]) -> set[str]:
@@ -269,7 +273,8 @@ async def test_postgres_complete_each_reaches_its_rows_by_id(fresh_backend, stat
                 conn.execute("rollback")
             pages = plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
             reads = _tasks_reads(plan)
-            if plan.get("Actual Rows") != n or pages > PG_PAGES_PER_ROW * n or reads != {"cairnq_tasks_pkey"}:
+            too_many = pages > PG_PAGES_PER_ROW * n + PG_PAGES_SLACK
+            if plan.get("Actual Rows") != n or too_many or reads != {"cairnq_tasks_pkey"}:
                 problems.append(f"{n} ids: {plan.get('Actual Rows')} rows, {pages} pages, read by {reads}")
     await q.close()
     assert not problems, "\n".join(problems)
