@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable
+from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -82,39 +82,88 @@ worker.serve()
 """
 
 
+async def traced_calls(
+    q: Any,
+    worker_code: str,
+    target: str,
+    worker_log: str,
+    warm_up: int,
+    calls: int,
+    log: list[Entry],
+    start_logging: Callable[[], None],
+) -> list[Entry]:
+    """Start ``worker_code`` in a process of its own (argv: ``target``,
+    ``worker_log``, this directory), warm up with ``warm_up`` calls of the
+    caller ``q``, then ``start_logging()`` and time ``calls`` calls into
+    ``log`` (as "CALL" entries). Returns the worker's log."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.Popen([sys.executable, "-c", worker_code, target, worker_log, here], stdin=subprocess.DEVNULL)
+    try:
+        await q.call("echo", {}, timeout_ms=60_000)  # (also waits for the worker to start)
+        for i in range(warm_up):
+            await q.call("echo", {"i": i}, timeout_ms=30_000)
+        start_logging()
+        for i in range(calls):
+            started = time.monotonic()
+            await q.call("echo", {"i": i}, timeout_ms=30_000)
+            log.append((started, time.monotonic(), "c", "CALL"))
+    finally:
+        proc.send_signal(signal.SIGINT)  # the worker drains and writes its log
+        proc.wait(timeout=30)
+    with open(worker_log) as f:
+        return [tuple(e) for e in json.load(f)]
+
+
+def report(
+    caller: list[Entry],
+    worker: list[Entry],
+    show: int,
+    phases: Callable[[Entry, list[Entry]], dict[str, float] | None],
+) -> None:
+    """Print the merged timeline of the first ``show`` calls, then the
+    median of each phase over every call ``phases`` could read."""
+    events = sorted(e for e in caller + worker if e[3] != "CALL")
+    calls = [e for e in caller if e[3] == "CALL"]
+    found = []
+    for k, call in enumerate(calls):
+        during = [e for e in events if call[0] <= e[0] <= call[1]]
+        if k < show:
+            print(f"-- call {k}: {(call[1] - call[0]) * 1000:.3f} ms (start, duration, who, what)")
+            for start, end, who, what in during:
+                print(f"   {(start - call[0]) * 1000:7.3f} +{(end - start) * 1000:6.3f}  {who}  {what}")
+        got = phases(call, during)
+        if got is not None:
+            found.append(got)
+    print(f"\nmedian of {len(found)} of {len(calls)} calls (ms):")
+    names = list(found[0]) if found else []
+    width = max(map(len, names), default=0)
+    for name in names:
+        print(f"  {name:<{width}} {statistics.median(p[name] for p in found):6.3f}")
+
+
 async def trace(db: str, logs: str, warm_up: int, calls: int) -> tuple[list[Entry], list[Entry]]:
-    worker_log = os.path.join(logs, "worker.json")
     log: list[Entry] = []
     async with client("sqlite", db) as q:
         await q.connect()
-        here = os.path.dirname(os.path.abspath(__file__))
-        proc = subprocess.Popen([sys.executable, "-c", _WORKER, db, worker_log, here], stdin=subprocess.DEVNULL)
-        try:
-            await q.call("echo", {}, timeout_ms=60_000)
-            for i in range(warm_up):
-                await q.call("echo", {"i": i}, timeout_ms=30_000)
+
+        def start_logging() -> None:
             engine = q.store._engine  # bench only, as above
             engine.conn = TimedConnection(engine.conn, logging_to(log, "c"))
-            for i in range(calls):
-                started = time.monotonic()
-                await q.call("echo", {"i": i}, timeout_ms=30_000)
-                log.append((started, time.monotonic(), "c", "CALL"))
-        finally:
-            proc.send_signal(signal.SIGINT)  # the worker drains and writes its log
-            proc.wait(timeout=30)
-    with open(worker_log) as f:
-        return log, [tuple(e) for e in json.load(f)]
+
+        worker = await traced_calls(
+            q, _WORKER, db, os.path.join(logs, "worker.json"), warm_up, calls, log, start_logging
+        )
+    return log, worker
 
 
 def phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
     """One call's phases (ms), or None when its timeline is not the usual one."""
-    mine = [e for e in during if e[3] != "CALL"]
     try:
-        insert = next(e for e in mine if e[2] == "c" and e[3].startswith("insert"))
-        updates = [e for e in mine if e[2] == "w" and e[3].startswith("update")]
+        insert = next(e for e in during if e[2] == "c" and e[3].startswith("insert"))
+        updates = [e for e in during if e[2] == "w" and e[3].startswith("update")]
         claim, complete = updates[0], updates[1]
-        commit = next(e for e in mine if e[2] == "w" and e[3] == "COMMIT" and e[0] >= claim[1])
-        handler = next(e for e in mine if e[3] == "HANDLER")
+        commit = next(e for e in during if e[2] == "w" and e[3] == "COMMIT" and e[0] >= claim[1])
+        handler = next(e for e in during if e[3] == "HANDLER")
     except (StopIteration, IndexError):
         return None
     ms = 1000
@@ -138,22 +187,7 @@ def main() -> None:
     db = os.path.join(tempfile.mkdtemp(prefix="cairnq-timeline-db-"), "call.db")
     logs = tempfile.mkdtemp(prefix="cairnq-timeline-logs-")
     caller, worker = asyncio.run(trace(db, logs, args.warm_up, args.calls))
-    events = sorted(caller + worker)
-    calls = [e for e in caller if e[3] == "CALL"]
-    found = []
-    for k, call in enumerate(calls):
-        during = [e for e in events if call[0] <= e[0] <= call[1]]
-        if k < args.show:
-            print(f"-- call {k}: {(call[1] - call[0]) * 1000:.3f} ms (start, duration, who, statement)")
-            for start, end, who, what in during:
-                if what != "CALL":
-                    print(f"   {(start - call[0]) * 1000:7.3f} +{(end - start) * 1000:6.3f}  {who}  {what}")
-        got = phases(call, during)
-        if got is not None:
-            found.append(got)
-    print(f"\nmedian of {len(found)} of {len(calls)} calls (ms):")
-    for name in found[0] if found else ():
-        print(f"  {name:<11} {statistics.median(p[name] for p in found):6.3f}")
+    report(caller, worker, args.show, phases)
 
 
 if __name__ == "__main__":

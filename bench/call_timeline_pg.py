@@ -32,11 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import signal
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -90,28 +86,15 @@ worker.serve()
 
 
 async def trace(dsn: str, worker_log: str, warm_up: int, calls: int) -> tuple[list[Entry], list[Entry]]:
+    from call_timeline import traced_calls  # (not in the worker, which imports this module)
     from cairnq import CairnQ
 
     log: list[Entry] = []
     logging_into(log, "c")
     async with CairnQ.postgres(dsn) as q:
         await q.connect()
-        here = os.path.dirname(os.path.abspath(__file__))
-        proc = subprocess.Popen([sys.executable, "-c", _WORKER, dsn, worker_log, here], stdin=subprocess.DEVNULL)
-        try:
-            await q.call("echo", {}, timeout_ms=60_000)
-            for i in range(warm_up):
-                await q.call("echo", {"i": i}, timeout_ms=30_000)
-            log.clear()
-            for i in range(calls):
-                started = time.monotonic()
-                await q.call("echo", {"i": i}, timeout_ms=30_000)
-                log.append((started, time.monotonic(), "c", "CALL"))
-        finally:
-            proc.send_signal(signal.SIGINT)  # the worker drains and writes its log
-            proc.wait(timeout=30)
-    with open(worker_log) as f:
-        return log, [tuple(e) for e in json.load(f)]
+        worker = await traced_calls(q, _WORKER, dsn, worker_log, warm_up, calls, log, log.clear)
+    return log, worker
 
 
 def phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
@@ -149,26 +132,13 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=60)
     parser.add_argument("--show", type=int, default=2, help="print the full timeline of this many calls")
     args = parser.parse_args()
-    from compare import Database  # (not in the worker, which imports this module for logging_into)
+    from call_timeline import report
+    from compare import Database  # (neither in the worker, which imports this module)
 
     worker_log = os.path.join(tempfile.mkdtemp(prefix="cairnq-timeline-logs-"), "worker.json")
     with Database("postgres") as dsn:
         caller, worker = asyncio.run(trace(dsn, worker_log, args.warm_up, args.calls))
-    events = sorted(caller + worker)
-    calls = [e for e in caller if e[3] == "CALL"]
-    found = []
-    for k, call in enumerate(calls):
-        during = [e for e in events if call[0] <= e[0] <= call[1] and e[3] != "CALL"]
-        if k < args.show:
-            print(f"-- call {k}: {(call[1] - call[0]) * 1000:.3f} ms (start, duration, who, what)")
-            for start, end, who, what in during:
-                print(f"   {(start - call[0]) * 1000:7.3f} +{(end - start) * 1000:6.3f}  {who}  {what}")
-        got = phases(call, during)
-        if got is not None:
-            found.append(got)
-    print(f"\nmedian of {len(found)} of {len(calls)} calls (ms):")
-    for name in found[0] if found else ():
-        print(f"  {name:<20} {statistics.median(p[name] for p in found):6.3f}")
+    report(caller, worker, args.show, phases)
 
 
 if __name__ == "__main__":
