@@ -283,11 +283,22 @@ class _SlowTurn(PostgresStore):
         if name == "fleet_turn" and self.submitter is not None:
             listener = self._listener
             assert listener is not None
+            # The new session waits for the submit below to land: a submit
+            # slower than a reconnect (a loaded host) would not be in the gap.
+            listen, landed = listener._listen, asyncio.Event()
+
+            async def held_back(*args: Any) -> Any:
+                await landed.wait()
+                return await listen(*args)
+
+            listener._listen = held_back
             if listener.connected:
                 listener._restart()  # the session starts over now, during the read
             submitter, self.submitter = self.submitter, None
             await submitter.submit(name="noop", payload=None)  # unheard: nobody listens
             assert not listener.connected  # (it landed in the gap)
+            listener._listen = listen
+            landed.set()
             await until(lambda: listener.connected, 10, "the session to come back")
         return await super()._fetch(name, params)
 
