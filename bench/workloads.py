@@ -164,7 +164,10 @@ async def _drain(
     async with _client(dialect, target) as q:
         n = o["drain_n"]
         await _submit_many(q, n)  # traced too: every task carries a producer context
-        worker = Worker(q.store, ["default"], concurrency=concurrency, poll_interval_ms=100)
+        # ``--options '{"claim_batch": 32}'``: draws of at most that many
+        # calls (only when given: the keyword is passed to no SDK otherwise).
+        batching = {"claim_batch": o["claim_batch"]} if "claim_batch" in o else {}
+        worker = Worker(q.store, ["default"], concurrency=concurrency, poll_interval_ms=100, **batching)
         # The drain ends when the n-th handler call has returned and the
         # worker has stopped (a graceful stop writes every settlement first);
         # counted in the process, so the clock is not read by polling stats()
