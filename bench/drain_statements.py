@@ -5,11 +5,13 @@
 
 A worker drains a bulk-loaded backlog (the same set-up as
 ``profile_drain.py``) while every call on its store's sqlite3 connection is
-timed by kind (BEGIN, COMMIT, the claim and settlement UPDATEs, reads). What
+timed by kind (BEGIN, COMMIT, the claim and settlement UPDATEs, reads), and
+so is the fetch of each statement's rows (the claim's RETURNING rows are
+stepped through there: database time, which the floor loop pays too). What
 is left of the wall time per task is ours: the event loop, the contexts, the
 dispatch and the bookkeeping. No sampling profiler runs, so the wall time is
-close to an ordinary drain's; the wrapper adds a Python call per statement
-(two, for the few statements per 64 tasks).
+close to an ordinary drain's; the wrapper adds a Python call or two per
+statement (a few statements per 64 tasks).
 
 The cyclic garbage collector's passes during the drain are counted and
 timed too (``gc.callbacks``): their time is part of "the rest", spent in
@@ -45,34 +47,68 @@ from memory import client, counting_worker, prepare_backlog  # noqa: E402
 from workloads import CollectorPasses  # noqa: E402
 
 
+Record = Callable[[str, float, float], None]
+
+
 class TimedConnection:
     """A sqlite3 connection that tells ``record(sql, started, ended)`` of each
     ``execute`` (``time.monotonic()``: one clock for every process on Linux,
-    so ``call_timeline.py`` lines two processes' statements up with it)."""
+    so ``call_timeline.py`` lines two processes' statements up with it), and
+    ``fetched(sql, started, ended)`` (if given) of each ``fetchall`` and
+    ``fetchone`` on its cursor. A statement's ``execute`` runs it up to its
+    first row; a RETURNING statement's other rows are stepped through by the
+    fetch, which is the database's time too."""
 
-    def __init__(self, conn: Any, record: Callable[[str, float, float], None]) -> None:
+    def __init__(self, conn: Any, record: Record, fetched: Record | None = None) -> None:
         self._conn = conn
         self._record = record
+        self._fetched = fetched
 
     def execute(self, sql: str, *args: Any) -> Any:
         started = time.monotonic()
         try:
-            return self._conn.execute(sql, *args)
+            cursor = self._conn.execute(sql, *args)
         finally:
             self._record(sql, started, time.monotonic())
+        return cursor if self._fetched is None else _TimedCursor(cursor, sql, self._fetched)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
 
 
+class _TimedCursor:
+    def __init__(self, cursor: Any, sql: str, fetched: Record) -> None:
+        self._cursor = cursor
+        self._sql = sql
+        self._fetched = fetched
+
+    def fetchall(self) -> Any:
+        started = time.monotonic()
+        try:
+            return self._cursor.fetchall()
+        finally:
+            self._fetched(self._sql, started, time.monotonic())
+
+    def fetchone(self) -> Any:
+        started = time.monotonic()
+        try:
+            return self._cursor.fetchone()
+        finally:
+            self._fetched(self._sql, started, time.monotonic())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+
 def _by_kind(
-    times: dict[str, list[float]], commits: list[float] | None = None
-) -> Callable[[str, float, float], None]:
+    times: dict[str, list[float]], commits: list[float] | None = None, suffix: str = ""
+) -> Record:
     """A recorder that adds each statement's count and time to its kind's
-    (and each COMMIT's time to ``commits``)."""
+    (``suffix`` appended: the fetches' lines), and each COMMIT's time to
+    ``commits``."""
 
     def record(sql: str, started: float, ended: float) -> None:
-        entry = times[_kind(sql)]
+        entry = times[_kind(sql) + suffix]
         entry[0] += 1
         entry[1] += ended - started
         if commits is not None and sql == "COMMIT":
@@ -83,7 +119,11 @@ def _by_kind(
 
 def _kind(sql: str) -> str:
     words = sql.split(None, 3)
-    head = " ".join(words[:3]) if words and words[0].lower() in ("update", "insert", "delete") else words[0]
+    head = (
+        " ".join(words[:3])
+        if words and words[0].lower() in ("update", "insert", "delete")
+        else words[0]
+    )
     return head.upper() if len(head) <= 12 else head[:40]
 
 
@@ -101,7 +141,9 @@ async def drain(
         engine = q.store._engine  # bench only: the store's one engine
         if wal_autocheckpoint is not None:
             engine.conn.execute(f"pragma wal_autocheckpoint = {int(wal_autocheckpoint)}")
-        engine.conn = TimedConnection(engine.conn, _by_kind(times, commits))
+        engine.conn = TimedConnection(
+            engine.conn, _by_kind(times, commits), _by_kind(times, suffix=", rows fetched")
+        )
         worker, done = counting_worker(q.store, concurrency)
         started = time.perf_counter()
         passes.start()
@@ -116,7 +158,9 @@ async def drain(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--switch-interval", type=float, default=None)
@@ -145,7 +189,8 @@ def main() -> None:
         print(f"  COMMIT: median {median * 1e3:.3f} ms, 90th percentile {p90 * 1e3:.3f} ms, "
               f"max {commits[-1] * 1e3:.3f} ms")  # fmt: skip
     print(f"{'in the database':<44}{'':>7}{in_db / n * 1e6:>10.2f}")
-    print(f"{'the rest (ours: loop, dispatch, bookkeeping)':<44}{'':>7}{(elapsed - in_db) / n * 1e6:>10.2f}")
+    ours = (elapsed - in_db) / n * 1e6
+    print(f"{'the rest (ours: loop, dispatch, bookkeeping)':<44}{'':>7}{ours:>10.2f}")
     for generation in range(3):
         count, spent = passes.passes[generation], passes.spent[generation]
         if count:
