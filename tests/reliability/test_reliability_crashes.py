@@ -311,6 +311,33 @@ def check_invariants(raw: Raw) -> dict[str, list[Any]]:
     return {what: found for what, sql in queries.items() if (found := raw.rows(sql))}
 
 
+async def _until_ready(proc: subprocess.Popen[Any], label: str, log: Path, procs: Procs, raw: Raw) -> None:
+    """Until the producer ``label`` logs that it has connected. If it dies
+    first or takes too long, the failure carries every process's output and,
+    on PostgreSQL, what each session of the database is doing (a connect
+    stuck behind a lock shows there)."""
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"producer {label} exited ({proc.returncode}) before it connected")
+        return any(e["event"] == "ready" and e["label"] == label for e in read_jsonl(log))
+
+    try:
+        await until(ready, 30, f"producer {label} to connect")
+    except AssertionError as exc:
+        sessions = (
+            raw.rows(
+                "select pid, application_name, state, wait_event_type, wait_event, left(query, 120)"
+                " from pg_stat_activity where datname = ?",
+                (raw.database,),
+            )
+            if raw.dialect == "postgres"
+            else []
+        )
+        listed = "\n".join(map(repr, sessions))
+        raise AssertionError(f"{exc}\n{procs.outputs()}\nsessions:\n{listed}") from None
+
+
 async def test_producers_killed_mid_submit_leave_nothing_half_written(
     backend: Any, procs: Procs, tmp_path: Path, raw: Raw
 ) -> None:
@@ -331,8 +358,7 @@ async def test_producers_killed_mid_submit_leave_nothing_half_written(
         proc = procs.start(label, PRODUCER_SCRIPT,
                            {"dialect": backend.dialect, "target": backend.target, "label": label,
                             "log": str(log), "seed": r})  # fmt: skip
-        await until(lambda: any(e["event"] == "ready" and e["label"] == label for e in read_jsonl(log)),
-                    30, f"producer {label} to connect")  # fmt: skip
+        await _until_ready(proc, label, log, procs, raw)
         await asyncio.sleep(rng.uniform(0.2, 0.8))
         assert proc.poll() is None, procs.outputs()
         kill9(proc)
