@@ -4,6 +4,7 @@
     python bench/instructions.py --ops drain --events count      # with one counting subscriber
     python bench/instructions.py --ops worker --events metrics   # with Prometheus metrics served
     python bench/instructions.py --ops worker                    # the worker alone, bulk-loaded backlog
+    python bench/instructions.py --ops worker_batch64            # the same, one batch handler of 64
 
 Wall-clock A/B on a shared 2-vCPU host moves by ±10 % from run to run; the
 instructions a process executes do not. For each operation the script runs a
@@ -27,7 +28,7 @@ import sys
 import tempfile
 from typing import Any
 
-OPS = ("get", "submit_seq", "submit_concurrent", "drain", "worker")
+OPS = ("get", "submit_seq", "submit_concurrent", "drain", "worker", "worker_batch64")
 
 
 async def _child(op: str, n: int, path: str, events: str | None) -> None:
@@ -44,9 +45,11 @@ async def _child(op: str, n: int, path: str, events: str | None) -> None:
 
             seam.subscribe(count)
 
-    if op == "worker":
+    if op in ("worker", "worker_batch64"):
         # The worker alone: a bulk-loaded backlog (one INSERT ... SELECT, as
-        # bench/memory.py), then a drain that stops itself at the last task.
+        # bench/memory.py), then a drain that stops itself at the last task
+        # (worker_batch64: one batch handler taking 64 tasks a call, as
+        # bench/workloads.py's drain_batch64).
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from memory import prepare_backlog
 
@@ -54,7 +57,8 @@ async def _child(op: str, n: int, path: str, events: str | None) -> None:
         subscribe()
         q = CairnQ.sqlite(path)
         await q.connect()
-        worker = Worker(q.store, ["default"], concurrency=64, poll_interval_ms=20)
+        batch = 64 if op == "worker_batch64" else 1
+        worker = Worker(q.store, ["default"], concurrency=64 // batch, poll_interval_ms=20)
         if events in ("metrics", "metrics-statements"):
             from cairnq.observability import serve_metrics
 
@@ -62,12 +66,23 @@ async def _child(op: str, n: int, path: str, events: str | None) -> None:
             serve_metrics(worker, port=0, statements=events == "metrics-statements")
         done = 0
 
-        @worker.task("noop")
-        async def counted(ctx: Any, payload: Any) -> None:
+        def count(k: int) -> None:
             nonlocal done
-            done += 1
+            done += k
             if done == n:
                 worker.stop()
+
+        if batch == 1:
+
+            @worker.task("noop")
+            async def counted(ctx: Any, payload: Any) -> None:
+                count(1)
+
+        else:
+
+            @worker.task("noop", batch=batch)
+            async def counted_batch(contexts: Any) -> None:
+                count(len(contexts))
 
         await worker.run()
         await q.close()

@@ -241,8 +241,7 @@ async def _settle(
             envelope = exception_envelope(_not_a_batch_result(reg, outcome), retryable=False)
             await _each(settings, leftovers, lambda ctx: _fail(settings, ctx, envelope, False))
             return
-        results = outcome if outcome is not None else {}
-        await _each(settings, leftovers, lambda ctx: _complete(settings, ctx, results.get(ctx.task_id)))
+        await _complete_batch(settings, leftovers, outcome if outcome is not None else {})
     else:
         await _each(settings, leftovers, lambda ctx: _complete(settings, ctx, outcome))
 
@@ -298,6 +297,60 @@ async def _each(
         await _guarded(settings, contexts[0], settle)
     elif contexts:
         await asyncio.gather(*(_guarded(settings, ctx, settle) for ctx in contexts))
+
+
+async def _complete_batch(
+    settings: CallSettings, contexts: list[TaskContext], results: Mapping[str, Any]
+) -> None:
+    """Complete what a batch handler left, each task with its entry in
+    ``results``. The completions go to the worker's coalesced completions
+    together and the batch waits on one future for all of them, where
+    awaiting each would cost a task, two coroutines and a future per task;
+    each context still hears its own outcome, as ``_complete`` tells it. A
+    result that cannot be stored fails its own task only. Where the store's
+    ``complete`` is not cairnq's own, each goes through it (``_complete``)."""
+    pending = [ctx for ctx in contexts if not ctx.lost_lease]
+    if not pending:
+        return
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    waiting = 0
+    interrupted: list[BaseException] = []
+
+    def told(ctx: TaskContext, status: Optional[str], exc: Optional[BaseException]) -> None:
+        nonlocal waiting
+        try:
+            if exc is None:
+                assert status is not None
+                mark_completed(ctx, status)
+            elif isinstance(exc, LostLease):
+                mark_lease_lost(ctx)
+            elif isinstance(exc, Exception):
+                settings.report(exc, {"phase": "execute", "task_id": ctx.task_id})
+            else:  # the settlement was cancelled: so is this call, as when awaited
+                interrupted.append(exc)
+        finally:
+            waiting -= 1
+            if not waiting and not done.done():
+                done.set_result(None)
+
+    get = results.get
+    refused = settings.port.complete_all_later(
+        [(ctx.task_id, get(ctx.task_id), partial(told, ctx)) for ctx in pending]
+    )
+    if refused is None:  # the store's complete is wrapped: each through it
+        await _each(settings, pending, lambda c: _complete(settings, c, get(c.task_id)))
+        return
+    waiting = len(pending) - len(refused)  # (none is told before this coroutine suspends)
+    for i, error in refused:
+        ctx = pending[i]
+        if isinstance(error, SerializationError):
+            await _guarded(settings, ctx, partial(_unserializable, settings, exc=error))
+        else:
+            settings.report(error, {"phase": "execute", "task_id": ctx.task_id})
+    if waiting:
+        await done
+    if interrupted:
+        raise interrupted[0]
 
 
 async def _guarded(

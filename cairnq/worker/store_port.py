@@ -9,7 +9,7 @@ user wrapped or replaced it); see ``cairnq.store.ports``.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable
+from typing import Any, Awaitable, Optional, Sequence
 
 from cairnq.store.base import TaskStore
 from cairnq.store.ports import StoreWorkerPort
@@ -41,6 +41,25 @@ class StorePort(StoreWorkerPort):
             self._completions.complete_later(task_id, result, told)
             return True
         return False
+
+    def complete_all_later(
+        self, entries: Sequence[tuple[str, Any, Outcome]]
+    ) -> Optional[list[tuple[int, Exception]]]:
+        """``complete_later`` for many tasks at once (what a batch handler
+        left), whether the store's ``complete`` is cairnq's own decided once
+        for all of them: None (nothing queued) when it is not. Otherwise the
+        entries that could not be queued, by index, each with what stopped it
+        (SerializationError: its result cannot be stored); the others are."""
+        if not self.own("complete"):
+            return None
+        later = self._completions.complete_later
+        refused: list[tuple[int, Exception]] = []
+        for i, (task_id, result, told) in enumerate(entries):
+            try:
+                later(task_id, result, told)
+            except Exception as exc:
+                refused.append((i, exc))
+        return refused
 
     @property
     def completions_idle(self) -> bool:

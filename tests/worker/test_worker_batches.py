@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from typing import Any
 
-from worker_kit import Gauge, envelope, finish, make, spy_fail
+from worker_kit import Gauge, envelope, eventually, finish, make, spy_fail
 
 from cairnq import (
     TaskContext,
@@ -250,3 +252,86 @@ async def test_concurrency_counts_calls_not_tasks(backend) -> None:
     assert all(t.status == "succeeded" for t in done)
     assert sizes == [8, 8, 8]
     assert gauge.max == 1
+
+
+# -- what a batch's return settles, task by task -------------------------------
+
+
+async def test_batch_result_that_cannot_be_stored_fails_only_its_own_task(backend) -> None:
+    q = backend.client()
+    w = make(backend)
+
+    @w.task(batch=4)
+    async def items(contexts):
+        by = {c.payload["n"]: c.task_id for c in contexts}
+        return {by["kept"]: {"ok": 1}, by["bad"]: {1, 2}}  # "none" is not in it: result None
+
+    tasks = {n: await q.submit("items", {"n": n}, max_attempts=3) for n in ("kept", "bad", "none")}
+    async with w.background():
+        done = {n: await finish(q, t.id) for n, t in tasks.items()}
+    assert (done["kept"].status, done["kept"].result) == ("succeeded", {"ok": 1})
+    assert (done["none"].status, done["none"].result) == ("succeeded", None)
+    bad = done["bad"]
+    assert (bad.status, bad.attempt, bad.result) == ("failed", 1, None)
+    assert (bad.error["code"], bad.error["retryable"]) == ("unserializable_result", False)
+
+
+async def test_batch_return_leaves_a_task_whose_cancel_came_in_canceled(backend) -> None:
+    q = backend.client()
+    w = make(backend)
+
+    @w.task(batch=4)
+    async def items(contexts):
+        for c in contexts:
+            if c.payload["n"] == "stop":
+                await q.cancel(c.task_id)  # requested while it runs: the completion honours it
+        return {c.task_id: "done" for c in contexts}
+
+    tasks = {n: await q.submit("items", {"n": n}) for n in ("stop", "go", "also")}
+    async with w.background():
+        done = {n: await finish(q, t.id) for n, t in tasks.items()}
+    assert {n: (t.status, t.result) for n, t in done.items()} == {
+        "stop": ("canceled", None),
+        "go": ("succeeded", "done"),
+        "also": ("succeeded", "done"),
+    }
+
+
+def _hand_over(backend, task_id: str) -> None:
+    """Another worker holds ``task_id`` now (its row changed behind this one's back)."""
+    sql = "update cairnq_tasks set worker_id = 'someone-else' where id = {}"
+    if backend.dialect == "sqlite":
+        with contextlib.closing(sqlite3.connect(backend.target, timeout=5)) as conn:
+            conn.execute(sql.format("?"), (task_id,))
+            conn.commit()
+    else:
+        import psycopg
+
+        with psycopg.connect(backend.target, autocommit=True) as conn:
+            conn.execute(sql.format("%s"), (task_id,))
+
+
+async def test_batch_return_writes_nothing_for_a_task_another_worker_holds(backend) -> None:
+    q = backend.client()
+    errors: list[BaseException] = []
+    w = make(backend, on_error=lambda exc, info: errors.append(exc))
+    contexts_seen: dict[str, TaskContext] = {}
+
+    @w.task(batch=4)
+    async def items(contexts):
+        for c in contexts:
+            contexts_seen[c.payload["n"]] = c
+            if c.payload["n"] == "taken":
+                await asyncio.to_thread(_hand_over, backend, c.task_id)
+        return {c.task_id: "mine" for c in contexts}
+
+    tasks = {n: await q.submit("items", {"n": n}) for n in ("taken", "kept", "too")}
+    async with w.background():
+        kept = await finish(q, tasks["kept"].id)
+        too = await finish(q, tasks["too"].id)
+        await eventually(lambda: contexts_seen["taken"].lost_lease)
+    taken = await q.get(tasks["taken"].id)
+    assert (taken.status, taken.worker_id, taken.result) == ("running", "someone-else", None)
+    assert [(t.status, t.result) for t in (kept, too)] == [("succeeded", "mine")] * 2
+    assert not contexts_seen["kept"].lost_lease and contexts_seen["kept"].settled
+    assert errors == []  # a lease found gone is no error
