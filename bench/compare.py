@@ -43,7 +43,7 @@ import refsdk  # noqa: E402
 WORKLOADS = [
     "submit_seq", "submit_concurrent", "get", "cancel", "purge", "claim_idle",
     "drain_c8", "drain_c64", "drain_distinct_c64", "drain_batch64", "call_latency", "e2e_throughput",
-    "drain_sleep1ms_c64", "drain_sleep1ms_c256", "drain_cpu1ms_c64",
+    "drain_sleep1ms_c64", "drain_sleep1ms_c256", "drain_cpu1ms_c64", "drain_flaky_c64",
 ]  # fmt: skip
 LIMITS = ["limit_commit1", "limit_commit1_schema", "limit_commit64", "limit_commit64_schema"]
 # Floors: a row's own statements in a bare loop, no SDK (bench/floors.py

@@ -5,6 +5,7 @@
     python bench/instructions.py --ops worker --events metrics   # with Prometheus metrics served
     python bench/instructions.py --ops worker                    # the worker alone, bulk-loaded backlog
     python bench/instructions.py --ops worker_batch64            # the same, one batch handler of 64
+    python bench/instructions.py --ops worker_flaky              # the same, one call in 50 failing once
 
 Wall-clock A/B on a shared 2-vCPU host moves by ±10 % from run to run; the
 instructions a process executes do not. For each operation the script runs a
@@ -28,7 +29,9 @@ import sys
 import tempfile
 from typing import Any
 
-OPS = ("get", "submit_seq", "submit_concurrent", "drain", "worker", "worker_batch64")
+OPS = (
+    "get", "submit_seq", "submit_concurrent", "drain", "worker", "worker_batch64", "worker_flaky",
+)  # fmt: skip
 
 
 async def _child(op: str, n: int, path: str, events: str | None) -> None:
@@ -45,11 +48,12 @@ async def _child(op: str, n: int, path: str, events: str | None) -> None:
 
             seam.subscribe(count)
 
-    if op in ("worker", "worker_batch64"):
+    if op in ("worker", "worker_batch64", "worker_flaky"):
         # The worker alone: a bulk-loaded backlog (one INSERT ... SELECT, as
         # bench/memory.py), then a drain that stops itself at the last task
         # (worker_batch64: one batch handler taking 64 tasks a call, as
-        # bench/workloads.py's drain_batch64).
+        # bench/workloads.py's drain_batch64; worker_flaky: one call in 50
+        # fails its first attempt and is retried at once, as drain_flaky_c64).
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from memory import prepare_backlog
 
@@ -58,7 +62,11 @@ async def _child(op: str, n: int, path: str, events: str | None) -> None:
         q = CairnQ.sqlite(path)
         await q.connect()
         batch = 64 if op == "worker_batch64" else 1
-        worker = Worker(q.store, ["default"], concurrency=64 // batch, poll_interval_ms=20)
+        flaky = op == "worker_flaky"
+        worker = Worker(
+            q.store, ["default"], concurrency=64 // batch, poll_interval_ms=20,
+            **({"retry_backoff_ms": 1} if flaky else {}),
+        )  # fmt: skip
         if events in ("metrics", "metrics-statements"):
             from cairnq.observability import serve_metrics
 
@@ -74,8 +82,14 @@ async def _child(op: str, n: int, path: str, events: str | None) -> None:
 
         if batch == 1:
 
+            calls = 0
+
             @worker.task("noop")
             async def counted(ctx: Any, payload: Any) -> None:
+                nonlocal calls
+                calls += 1
+                if flaky and calls % 50 == 0 and ctx.attempt == 1:
+                    raise RuntimeError("transient")
                 count(1)
 
         else:

@@ -166,8 +166,10 @@ async def _drain(
         await _submit_many(q, n)  # traced too: every task carries a producer context
         # ``--options '{"claim_batch": 32}'``: draws of at most that many
         # calls (only when given: the keyword is passed to no SDK otherwise).
-        batching = {"claim_batch": o["claim_batch"]} if "claim_batch" in o else {}
-        worker = Worker(q.store, ["default"], concurrency=concurrency, poll_interval_ms=100, **batching)
+        extra = {"claim_batch": o["claim_batch"]} if "claim_batch" in o else {}
+        if work == "flaky":
+            extra["retry_backoff_ms"] = 1  # at once: the drain times the worker, not the backoff
+        worker = Worker(q.store, ["default"], concurrency=concurrency, poll_interval_ms=100, **extra)
         # The drain ends when the n-th handler call has returned and the
         # worker has stopped (a graceful stop writes every settlement first);
         # counted in the process, so the clock is not read by polling stats()
@@ -197,6 +199,8 @@ async def _drain(
                     end = time.perf_counter() + 0.001  # 1 ms of CPU, holding the loop
                     while time.perf_counter() < end:
                         pass
+                elif work == "flaky" and payload["i"] % 50 == 0 and ctx.attempt == 1:
+                    raise RuntimeError("transient")  # one call in 50 fails once, then succeeds
                 if floor is not None:
                     floor()
                 count(1)
@@ -385,6 +389,12 @@ async def drain_sleep1ms_c256(dialect: str, target: str, o: dict[str, Any]) -> d
     return dict(out, bound=256_000)
 
 
+async def drain_flaky_c64(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
+    """drain_c64 where one task in 50 fails its first attempt (a transient
+    error) and is retried at once; tasks/s counts the tasks, not the calls."""
+    return await _drain(dialect, target, o, 64, None, work="flaky")
+
+
 async def drain_cpu1ms_c64(dialect: str, target: str, o: dict[str, Any]) -> dict[str, Any]:
     out = await _drain(dialect, target, dict(o, drain_n=min(o["drain_n"], 2_000)), 64, None, work="cpu")
     return dict(out, bound=1_000)
@@ -473,7 +483,7 @@ WORKLOADS: dict[str, Callable[..., Any]] = {
     for f in (
         submit_seq, submit_concurrent, get, cancel, purge, claim_idle,
         drain_c8, drain_c64, drain_distinct_c64, drain_batch64, call_latency, e2e_throughput,
-        drain_sleep1ms_c64, drain_sleep1ms_c256, drain_cpu1ms_c64,
+        drain_sleep1ms_c64, drain_sleep1ms_c256, drain_cpu1ms_c64, drain_flaky_c64,
         limit_commit1, limit_commit1_schema, limit_commit64, limit_commit64_schema,
         floor_drain, floor_drain_pipelined, floor_drain_riding, floor_get, floor_submit_seq, floor_call, floor_call_processes,
     )

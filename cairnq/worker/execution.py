@@ -17,7 +17,9 @@ Cancel wins over all of these in the statements themselves. Leftovers of a
 batch settle concurrently (and so share a commit). A lone task's completion
 is handed to the worker's coalesced completions without waiting for it: the
 call's asyncio task ends when the handler returns, and the call's hold on
-the worker (leases, resources, bytes) is released once the write is done.
+the worker (leases, resources, bytes) is released once the write is done. A
+lone task's failure is written the same way, in a task of its own. A
+batch's leftovers are handed over together, the batch waiting on one future.
 """
 
 from __future__ import annotations
@@ -144,12 +146,58 @@ async def run_call(
             if not handed_off:
                 await _guarded(settings, ctx, lambda c: _complete(settings, c, outcome))
             return
+        if reg.style != "batch":
+            # A single call that failed (or ran out of time): its write goes
+            # on in a task of its own and the call's task ends here, as after
+            # a completion. Awaited here, it would make a handler that never
+            # suspends look like one that does (``starter.py``): the calls
+            # after it would move to another task, and its handler's next
+            # calls would each get a task of their own.
+            _settle_apart(settings, reg, contexts, outcome, raised, hold)
+            handed_off = True
+            return
         await _settle(settings, reg, contexts, outcome, raised)
     except Exception as exc:
         settings.report(exc, {"phase": "execute", "task_id": contexts[0].task_id})
     finally:
         if not handed_off:
             hold.settled()
+
+
+# Settlements going on apart from their calls (a reference each until done).
+_APART: set["asyncio.Task[None]"] = set()
+
+
+def _settle_apart(
+    settings: CallSettings,
+    reg: Registration,
+    contexts: list[TaskContext],
+    outcome: Any,
+    raised: Optional[BaseException],
+    hold: CallHold,
+) -> None:
+    """``_settle`` in a task of its own; the hold is settled when it ends."""
+    task = asyncio.get_running_loop().create_task(
+        _settled_apart(settings, reg, contexts, outcome, raised, hold)
+    )
+    _APART.add(task)
+    task.add_done_callback(_APART.discard)
+
+
+async def _settled_apart(
+    settings: CallSettings,
+    reg: Registration,
+    contexts: list[TaskContext],
+    outcome: Any,
+    raised: Optional[BaseException],
+    hold: CallHold,
+) -> None:
+    try:
+        await _settle(settings, reg, contexts, outcome, raised)
+    except Exception as exc:
+        settings.report(exc, {"phase": "execute", "task_id": contexts[0].task_id})
+    finally:
+        hold.settled()
 
 
 def _completed_later(

@@ -130,3 +130,26 @@ async def test_a_handler_that_cancels_its_own_task_does_not_cancel_the_calls_aft
     async with w.background():
         results = [(await finish(q, task_id)).result for task_id in ids]
     assert results == ["first", 1, 2, 3]
+
+
+async def test_a_call_whose_handler_raises_leaves_the_claims_other_calls_in_its_task(backend) -> None:
+    """A failed call's write goes on apart from it: the handler never
+    suspended, so the calls after it (of the same handler, too) run on in
+    the task they shared."""
+    q = backend.client()
+    ids = [(await q.submit("a", {"i": 0}, priority=10, max_attempts=1)).id]  # first in the claim
+    ids += [(await q.submit("a", {"i": i})).id for i in range(1, 8)]
+    w = make(backend, concurrency=8)
+    ran_in: dict[int, object] = {}
+
+    @w.task("a")
+    async def a(ctx, payload):
+        ran_in[payload["i"]] = asyncio.current_task()
+        if payload["i"] == 0:
+            raise RuntimeError("this one fails")
+
+    async with w.background():
+        outcomes = [await finish(q, task_id) for task_id in ids]
+    assert outcomes[0].status == "failed" and outcomes[0].error["message"] == "this one fails"
+    assert [t.status for t in outcomes[1:]] == ["succeeded"] * 7
+    assert len(set(map(id, ran_in.values()))) == 1, "the claim's calls were split across tasks"
