@@ -360,26 +360,13 @@ async def _complete_batch(
     pending = [ctx for ctx in contexts if not ctx.lost_lease]
     if not pending:
         return
-    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    waiting = 0
+    countdown = _Countdown()
     interrupted: list[BaseException] = []
 
     def told(ctx: TaskContext, status: Optional[str], exc: Optional[BaseException]) -> None:
-        nonlocal waiting
-        try:
-            if exc is None:
-                assert status is not None
-                mark_completed(ctx, status)
-            elif isinstance(exc, LostLease):
-                mark_lease_lost(ctx)
-            elif isinstance(exc, Exception):
-                settings.report(exc, {"phase": "execute", "task_id": ctx.task_id})
-            else:  # the settlement was cancelled: so is this call, as when awaited
-                interrupted.append(exc)
-        finally:
-            waiting -= 1
-            if not waiting and not done.done():
-                done.set_result(None)
+        if exc is not None and not isinstance(exc, Exception):
+            interrupted.append(exc)  # the settlement was cancelled: so is this call
+        _completed_later(settings, ctx, countdown, status, exc)
 
     get = results.get
     refused = settings.port.complete_all_later(
@@ -388,17 +375,36 @@ async def _complete_batch(
     if refused is None:  # the store's complete is wrapped: each through it
         await _each(settings, pending, lambda c: _complete(settings, c, get(c.task_id)))
         return
-    waiting = len(pending) - len(refused)  # (none is told before this coroutine suspends)
+    countdown.left = len(pending) - len(refused)  # (none is told before this coroutine suspends)
     for i, error in refused:
         ctx = pending[i]
         if isinstance(error, SerializationError):
             await _guarded(settings, ctx, partial(_unserializable, settings, exc=error))
         else:
             settings.report(error, {"phase": "execute", "task_id": ctx.task_id})
-    if waiting:
-        await done
+    if countdown.left:
+        await countdown.done
     if interrupted:
         raise interrupted[0]
+
+
+class _Countdown:
+    """The hold ``_completed_later`` settles for each task of a batch: done
+    once every one has been told."""
+
+    __slots__ = ("left", "done")
+
+    def __init__(self) -> None:
+        self.left = 0
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def handler_done(self) -> None:
+        pass
+
+    def settled(self) -> None:
+        self.left -= 1
+        if not self.left and not self.done.done():
+            self.done.set_result(None)
 
 
 async def _guarded(
