@@ -83,16 +83,15 @@ class _TimedCursor:
         self._fetched = fetched
 
     def fetchall(self) -> Any:
-        started = time.monotonic()
-        try:
-            return self._cursor.fetchall()
-        finally:
-            self._fetched(self._sql, started, time.monotonic())
+        return self._timed(self._cursor.fetchall)
 
     def fetchone(self) -> Any:
+        return self._timed(self._cursor.fetchone)
+
+    def _timed(self, fetch: Callable[[], Any]) -> Any:
         started = time.monotonic()
         try:
-            return self._cursor.fetchone()
+            return fetch()
         finally:
             self._fetched(self._sql, started, time.monotonic())
 
