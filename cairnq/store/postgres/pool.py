@@ -21,6 +21,7 @@ import time
 from typing import Any, AsyncIterator, Callable, Optional, Sequence
 
 from cairnq.store.postgres.executor import ListenUnavailable
+from cairnq.store.postgres.notifications import hear_while_listening, read_notifications
 from cairnq.store.validation import MAX_SCHEMA_BYTES as MAX_SCHEMA_BYTES
 from cairnq.store.validation import PLAIN_IDENT as PLAIN_IDENT
 from cairnq.store.validation import check_schema_name as check_schema_name
@@ -279,6 +280,7 @@ class PoolExecutor:
         psycopg = _import_psycopg()
         # A connection of its own, outside the pool (channels are database-wide).
         conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
+        heard = hear_while_listening(conn, on_notify)
         try:
             for channel in channels:
                 # Composed as an identifier by psycopg (quotes doubled), whatever the name.
@@ -290,29 +292,7 @@ class PoolExecutor:
             await conn.close()
             raise
 
-        stopped = False
-
-        async def consume() -> None:
-            try:
-                async for note in conn.notifies():
-                    on_notify(note.channel, note.payload)
-            except Exception:
-                log.debug("listener connection ended", exc_info=True)
-            finally:
-                if not stopped:
-                    on_close()
-
-        task = asyncio.get_running_loop().create_task(consume())
-
-        def stop() -> None:
-            nonlocal stopped
-            stopped = True
-            task.cancel()
-            closing = asyncio.get_running_loop().create_task(conn.close())
-            self._closing.add(closing)
-            closing.add_done_callback(self._closing.discard)
-
-        return stop
+        return read_notifications(conn, heard, on_notify, on_close, self._closing)
 
     async def dedicated(self, application_name: str) -> "DedicatedSession":
         """A connection of its own, outside the pool, in autocommit, named
