@@ -29,7 +29,7 @@ import inspect
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Mapping, Optional, Protocol
+from typing import Any, Callable, Coroutine, Mapping, Optional, Protocol
 
 from cairnq import events
 from cairnq._backoff import fail_delay_ms
@@ -153,7 +153,7 @@ async def run_call(
             # suspends look like one that does (``starter.py``): the calls
             # after it would move to another task, and its handler's next
             # calls would each get a task of their own.
-            _settle_apart(settings, reg, contexts, outcome, raised, hold)
+            _apart(_settled_apart(settings, reg, contexts, outcome, raised, hold))
             handed_off = True
             return
         await _settle(settings, reg, contexts, outcome, raised)
@@ -168,18 +168,9 @@ async def run_call(
 _APART: set["asyncio.Task[None]"] = set()
 
 
-def _settle_apart(
-    settings: CallSettings,
-    reg: Registration,
-    contexts: list[TaskContext],
-    outcome: Any,
-    raised: Optional[BaseException],
-    hold: CallHold,
-) -> None:
-    """``_settle`` in a task of its own; the hold is settled when it ends."""
-    task = asyncio.get_running_loop().create_task(
-        _settled_apart(settings, reg, contexts, outcome, raised, hold)
-    )
+def _apart(settlement: Coroutine[Any, Any, None]) -> None:
+    """Run ``settlement`` in a task of its own, kept until it ends."""
+    task = asyncio.get_running_loop().create_task(settlement)
     _APART.add(task)
     task.add_done_callback(_APART.discard)
 
@@ -192,6 +183,7 @@ async def _settled_apart(
     raised: Optional[BaseException],
     hold: CallHold,
 ) -> None:
+    """``_settle``, apart from its call; the hold is settled when it ends."""
     try:
         await _settle(settings, reg, contexts, outcome, raised)
     except Exception as exc:
