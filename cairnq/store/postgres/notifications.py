@@ -61,11 +61,15 @@ def read_notifications(
             closing.add(task)
             task.add_done_callback(closing.discard)
 
+    def lost() -> None:
+        end()
+        on_close()
+
     try:
-        unwatch = _watch_socket(loop, conn, on_notify, on_close, end, lambda: ended)
+        unwatch = _watch_socket(loop, conn, on_notify, lost)
     except NotImplementedError:
         conn.remove_notify_handler(heard)  # (the generator yields what it would have heard)
-        unwatch = _consume_in_task(loop, conn, on_notify, on_close, end)
+        unwatch = _consume_in_task(loop, conn, on_notify, lost)
 
     def stop() -> None:
         if not ended:
@@ -76,13 +80,10 @@ def read_notifications(
 
 
 def _watch_socket(
-    loop: asyncio.AbstractEventLoop,
-    conn: Any,
-    on_notify: OnNotify,
-    on_close: Callable[[], None],
-    end: Callable[[], None],
-    over: Callable[[], bool],
+    loop: asyncio.AbstractEventLoop, conn: Any, on_notify: OnNotify, lost: Callable[[], None]
 ) -> Callable[[], None]:
+    """Read ``conn`` whenever its socket is readable; ``lost()`` once it is
+    gone. Returns what stops the reading."""
     from psycopg import pq
 
     pgconn = conn.pgconn
@@ -90,8 +91,6 @@ def _watch_socket(
     fd = conn.fileno()
 
     def readable() -> None:
-        if over():  # (the first look, scheduled before a stop)
-            return
         try:
             pgconn.consume_input()
         except Exception:  # the connection is gone (psycopg.OperationalError)
@@ -105,27 +104,24 @@ def _watch_socket(
             if pgconn.status == pq.ConnStatus.OK:
                 return
         loop.remove_reader(fd)
-        end()
-        on_close()
+        lost()
 
     loop.add_reader(fd, readable)
     # Input that came in behind the LISTENs' replies is in libpq's buffer
     # already, where the socket's readiness no longer tells of it.
-    loop.call_soon(readable)
+    first_look = loop.call_soon(readable)
 
     def unwatch() -> None:
+        first_look.cancel()
         loop.remove_reader(fd)
 
     return unwatch
 
 
 def _consume_in_task(
-    loop: asyncio.AbstractEventLoop,
-    conn: Any,
-    on_notify: OnNotify,
-    on_close: Callable[[], None],
-    end: Callable[[], None],
+    loop: asyncio.AbstractEventLoop, conn: Any, on_notify: OnNotify, lost: Callable[[], None]
 ) -> Callable[[], None]:
+    """``_watch_socket`` through psycopg's ``notifies()`` generator."""
     stopped = False
 
     async def consume() -> None:
@@ -136,8 +132,7 @@ def _consume_in_task(
             log.debug("listener connection ended", exc_info=True)
         finally:
             if not stopped:
-                end()
-                on_close()
+                lost()
 
     task = loop.create_task(consume())
 
