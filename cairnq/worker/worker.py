@@ -534,17 +534,21 @@ class Worker:
                     # (task.retried, ...) before this claim's calls report theirs.
                     await asyncio.sleep(0)
                 self._dispatch(calls)
-                if self._starter.eager:
-                    # Calls that started eagerly and wrote inline resume (and
-                    # report their settlements) before this loop claims again.
-                    await asyncio.sleep(0)
                 # A draw came back full: more is due, so the next claim needs
                 # no probe to know it (the probe still runs once its interval
                 # is up: it also finds expired leases).
                 news_of_work = self._planner.drew_full
-            if not calls or (
+            rest = not calls or (
                 len(calls) < free and not self._planner.drew_full and self._port.wake_pushed
-            ):
+            )
+            if calls and self._starter.eager and not rest:
+                # Calls that started eagerly and wrote inline resume (and
+                # report their settlements) before this loop claims again.
+                # (Before a rest they do so anyway, ahead of any wake-up; and
+                # the rest begins first, so their completions go at once
+                # instead of waiting to ride with a claim that is not coming.)
+                await asyncio.sleep(0)
+            if rest:
                 # Nothing more was due when this claim ran (every source drawn
                 # came back short, and slots are left): wait for news of work
                 # rather than probe at once. Only where news is pushed: a
@@ -585,7 +589,8 @@ class Worker:
         assert self._stop_event is not None and self._call_done is not None
         with self._port.resting() as writes_wait_for_claims:
             if after_dispatch and writes_wait_for_claims:
-                await asyncio.sleep(0)  # the calls just started take their first step
+                if not self._starter.eager:  # (eager: taken within the dispatch)
+                    await asyncio.sleep(0)  # the calls just started take their first step
                 await self._port.queued_completions_written()
             wake = asyncio.ensure_future(
                 self._port.idle_wait(self._queues, self._registry.names, self._poll_interval_ms)
