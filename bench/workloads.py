@@ -56,6 +56,7 @@ DEFAULTS = {
     "backlog": 20_000,
     "claims": 300,
     "calls": 100,
+    "call_gap_ms": 0,  # call_latency's calls back to back
     "e2e_seconds": 5.0,
     "limit_n": 2_000,
 }
@@ -443,10 +444,13 @@ async def _with_worker(dialect: str, target: str, concurrency: int, body: Callab
 CALL_WARM_UP_S = 5.0
 
 
-async def timed_calls(q: Any, n: int) -> list[float]:
-    """``n`` "echo" calls in a row, each checked; their times in ms."""
+async def timed_calls(q: Any, n: int, gap_ms: float = 0) -> list[float]:
+    """``n`` "echo" calls in a row, each checked (``gap_ms`` apart, untimed);
+    their times in ms."""
     samples = []
     for i in range(n):
+        if gap_ms and i:
+            await asyncio.sleep(gap_ms / 1000)
         started = time.perf_counter()
         assert await q.call("echo", {"i": i}, timeout_ms=30_000) == {"i": i}
         samples.append((time.perf_counter() - started) * 1000)
@@ -461,7 +465,7 @@ async def call_latency(dialect: str, target: str, o: dict[str, Any]) -> dict[str
             if time.perf_counter() > warm_until:
                 break
             await q.call("echo", {"i": -1 - i}, timeout_ms=30_000)
-        return latency(await timed_calls(q, o["calls"]), "ms per call (p50)")
+        return latency(await timed_calls(q, o["calls"], o["call_gap_ms"]), "ms per call (p50)")
 
     return await _with_worker(dialect, target, 4, body)  # type: ignore[no-any-return]
 

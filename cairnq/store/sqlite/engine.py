@@ -177,6 +177,11 @@ class SqliteEngine:
         # this store's waiters, who look at the counters again after this
         # commit anyway.
         self.quiet_reader: Callable[[], None] | None = None
+        # ... and its reader of what this connection's own commits caused
+        # (set by the store; FileWatch.read_own_commit): called right after
+        # each COMMIT made on the loop's thread, so that those notifications
+        # are not taken for another connection's commit on its way.
+        self.own_commit_reader: Callable[[], None] | None = None
         self._write_busy: BusyPolicy | None = None  # set while queued writes wait for the lock
         #: The main database's file name ("" for a memory or temporary database).
         self.database_file = _database_file(conn)
@@ -359,6 +364,7 @@ class SqliteEngine:
                     # busy: queue it, the flusher waits for the lock
                 else:
                     self._commit_took(started)
+                    self._committed_here()
                     if self._announced:
                         self._got_lock()
                     self._note_commit()
@@ -521,6 +527,7 @@ class SqliteEngine:
             _settle(w.future, exc=exc)
         else:
             self._commit_took(started)
+            self._committed_here()
             self._got_lock()
             _settle(w.future, rows)
             self._note_commit()
@@ -547,6 +554,7 @@ class SqliteEngine:
             self._commit_refused(outcomes, exc)
         else:
             self._commit_took(started)
+            self._committed_here()
             self._settle_committed(outcomes)
         self._release_gate()
         return self._flush_handle is None
@@ -707,6 +715,7 @@ class SqliteEngine:
             self._requeue(w for w, _, _ in queued)  # not their fault
             raise
         else:
+            self._committed_here()
             self._settle_committed(queued)
             if version is not None:
                 assert stamp is not None
@@ -805,6 +814,17 @@ class SqliteEngine:
         self._notify_idle()
 
     # -- change notification ----------------------------------------------
+
+    def _committed_here(self) -> None:
+        """A COMMIT just made on the loop's thread (not the committer's, after
+        which another connection may have written before the loop hears of
+        it): the file watch reads what it caused now."""
+        reader = self.own_commit_reader
+        if reader is not None:
+            try:
+                reader()
+            except Exception:  # a notification read must not undo a commit's bookkeeping
+                log.debug("file watch: reading after a commit failed", exc_info=True)
 
     def _note_commit(self) -> None:
         self.commits += 1

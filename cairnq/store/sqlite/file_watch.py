@@ -88,8 +88,10 @@ class FileWatch:
     event loop only while someone does; meanwhile the kernel keeps the events,
     merging repeats) and ``add`` a future per sleep, settled at the next
     notification. ``last_notice`` is when the last one was read (monotonic
-    seconds). ``live`` turns False when the watch stops working (its
-    directory went away, the loop refused the descriptor): waiters then poll.
+    seconds), not counting what the store's own commits caused
+    (``read_own_commit``). ``live`` turns False when the watch stops working
+    (its directory went away, the loop refused the descriptor): waiters then
+    poll.
     ``fine`` times the close looks that follow a notification (see
     fine_timer; None where there is no timerfd); it is closed with the watch.
     """
@@ -108,6 +110,7 @@ class FileWatch:
         self.fine: FineTimer | None = None
         self.last_notice = float("-inf")
         self.notices = 0
+        self.own_notices = 0  # read right after the store's own commits (read_own_commit)
 
     # -- waiters ------------------------------------------------------------
 
@@ -148,6 +151,21 @@ class FileWatch:
     # -- events -------------------------------------------------------------
 
     def _on_readable(self) -> None:
+        self._read(own=False)
+
+    def read_own_commit(self) -> None:
+        """The store's connection has just committed, on this thread: read
+        what is pending now. Its own writes are in it (no other connection
+        writes the WAL while this one holds the write lock, and this runs
+        right after the COMMIT), and perhaps another connection's from before
+        the transaction, published by then. Waiters are woken as by any
+        notification, but ``last_notice`` stays: no close looks follow, as
+        nothing reported here is still on its way to being published (the
+        next write of another connection is reported on its own)."""
+        if self.live and self._fd >= 0:
+            self._read(own=True)
+
+    def _read(self, *, own: bool) -> None:
         try:
             relevant = self._drain()
         except OSError as exc:
@@ -157,8 +175,11 @@ class FileWatch:
             self._stop()
             return
         if relevant:
-            self.notices += 1
-            self.last_notice = time.monotonic()
+            if own:
+                self.own_notices += 1
+            else:
+                self.notices += 1
+                self.last_notice = time.monotonic()
             self._wake()
         if self.gone:
             self._stop()

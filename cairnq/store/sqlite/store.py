@@ -379,6 +379,7 @@ class SQLiteStore(TaskStore):
             self._watch_path = None
             if watch is not None:
                 engine.quiet_reader = watch.reader
+                engine.own_commit_reader = watch.read_own_commit
         if watch is None or not watch.live:
             return await self._await_change(engine, None, timeout_s, kind)
         # Held before the counter is read: a write from then on is reported
@@ -441,6 +442,7 @@ class SQLiteStore(TaskStore):
             watch.close()
             if self._engine is not None:
                 self._engine.quiet_reader = None
+                self._engine.own_commit_reader = None
 
     # -- the file under the path ------------------------------------------------
 

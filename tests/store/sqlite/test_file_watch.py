@@ -244,6 +244,41 @@ async def test_an_idle_waiter_reads_the_change_counter_rarely(db: str) -> None:
         await store.close()
 
 
+async def test_the_stores_own_commit_is_not_looked_for_closely(db: str) -> None:
+    """A notification the store's own commit caused is not another
+    connection's commit on its way to being published: a waiter after it
+    reads the counter on the quiet tick, not every fraction of a millisecond
+    for the next few milliseconds (a worker's every settlement would cost
+    dozens of reads)."""
+    store = SQLiteStore(db)
+    await store.connect()
+    engine = store._engine
+    await store.claim_wake(["default"], 1)  # the watch is made at the first wait
+    assert engine is not None and store._watch is not None
+    reads = 0
+    read = engine.data_version
+
+    def counted() -> int | None:
+        nonlocal reads
+        reads += 1
+        return read()
+
+    engine.data_version = counted  # type: ignore[method-assign]
+    try:
+        await asyncio.sleep(0.5)  # the connect's own writes are well past
+        for _ in range(3):
+            await store.submit(name="own")  # a commit of this store's, inline
+            own = store._watch.own_notices
+            reads = 0
+            await store.claim_wake(["default"], 300)
+            assert own > 0  # (the submit was read as our own)
+            # The quiet tick (100 ms) reads 3 or 4 times in 300 ms; the close
+            # looks after a notification would read 30 and more.
+            assert reads < 10, reads
+    finally:
+        await store.close()
+
+
 def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
