@@ -2,6 +2,7 @@
 
     python bench/call_timeline.py                    # 200 warm-up calls, then 50 traced
     python bench/call_timeline.py --calls 200 --show 3
+    python bench/call_timeline.py --calls 100 --gap-ms 30   # calls now and then
 
 A caller in this process and a worker in a second one (the ``call_latency``
 set-up) share a database file. Every ``execute`` on either store's sqlite3
@@ -91,11 +92,12 @@ async def traced_calls(
     calls: int,
     log: list[Entry],
     start_logging: Callable[[], None],
+    gap_s: float = 0.0,
 ) -> list[Entry]:
     """Start ``worker_code`` in a process of its own (argv: ``target``,
     ``worker_log``, this directory), warm up with ``warm_up`` calls of the
     caller ``q``, then ``start_logging()`` and time ``calls`` calls into
-    ``log`` (as "CALL" entries). Returns the worker's log."""
+    ``log`` (as "CALL" entries), ``gap_s`` apart. Returns the worker's log."""
     here = os.path.dirname(os.path.abspath(__file__))
     proc = subprocess.Popen([sys.executable, "-c", worker_code, target, worker_log, here], stdin=subprocess.DEVNULL)
     try:
@@ -104,6 +106,8 @@ async def traced_calls(
             await q.call("echo", {"i": i}, timeout_ms=30_000)
         start_logging()
         for i in range(calls):
+            if gap_s:
+                await asyncio.sleep(gap_s)
             started = time.monotonic()
             await q.call("echo", {"i": i}, timeout_ms=30_000)
             log.append((started, time.monotonic(), "c", "CALL"))
@@ -141,7 +145,7 @@ def report(
         print(f"  {name:<{width}} {statistics.median(p[name] for p in found):6.3f}")
 
 
-async def trace(db: str, logs: str, warm_up: int, calls: int) -> tuple[list[Entry], list[Entry]]:
+async def trace(db: str, logs: str, warm_up: int, calls: int, gap_s: float = 0.0) -> tuple[list[Entry], list[Entry]]:
     log: list[Entry] = []
     async with client("sqlite", db) as q:
         await q.connect()
@@ -151,7 +155,7 @@ async def trace(db: str, logs: str, warm_up: int, calls: int) -> tuple[list[Entr
             engine.conn = TimedConnection(engine.conn, logging_to(log, "c"))
 
         worker = await traced_calls(
-            q, _WORKER, db, os.path.join(logs, "worker.json"), warm_up, calls, log, start_logging
+            q, _WORKER, db, os.path.join(logs, "worker.json"), warm_up, calls, log, start_logging, gap_s
         )
     return log, worker
 
@@ -183,10 +187,11 @@ def main() -> None:
     parser.add_argument("--warm-up", type=int, default=200)
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--show", type=int, default=2, help="print the full timeline of this many calls")
+    parser.add_argument("--gap-ms", type=float, default=0, help="between the traced calls (default: none)")
     args = parser.parse_args()
     db = os.path.join(tempfile.mkdtemp(prefix="cairnq-timeline-db-"), "call.db")
     logs = tempfile.mkdtemp(prefix="cairnq-timeline-logs-")
-    caller, worker = asyncio.run(trace(db, logs, args.warm_up, args.calls))
+    caller, worker = asyncio.run(trace(db, logs, args.warm_up, args.calls, args.gap_ms / 1000))
     report(caller, worker, args.show, phases)
 
 
