@@ -215,23 +215,35 @@ async def test_with_the_watch_off_and_huge_ticks_a_wait_sleeps_its_tick(
         await store.close()
 
 
-async def test_an_idle_waiter_reads_the_change_counter_rarely(db: str) -> None:
-    """Idle, nothing written: the counter is read on the safety tick only, not
-    every millisecond or two (which would be hundreds of reads a second)."""
+class _Reads:
+    """How often a store's engine has read the change counter."""
+
+    count = 0
+
+
+async def _watched_store_counting_reads(db: str) -> tuple[SQLiteStore, _Reads]:
+    """A connected store whose file watch is made (at a first wait), and a
+    count of its change-counter reads from now on."""
     store = SQLiteStore(db)
     await store.connect()
     engine = store._engine
-    await store.claim_wake(["default"], 1)
+    await store.claim_wake(["default"], 1)  # the watch is made at the first wait
     assert engine is not None and store._watch is not None
-    reads = 0
+    reads = _Reads()
     read = engine.data_version
 
     def counted() -> int | None:
-        nonlocal reads
-        reads += 1
+        reads.count += 1
         return read()
 
     engine.data_version = counted  # type: ignore[method-assign]
+    return store, reads
+
+
+async def test_an_idle_waiter_reads_the_change_counter_rarely(db: str) -> None:
+    """Idle, nothing written: the counter is read on the safety tick only, not
+    every millisecond or two (which would be hundreds of reads a second)."""
+    store, reads = await _watched_store_counting_reads(db)
     try:
         await asyncio.sleep(0.5)  # the connect's own writes are well past
         started = time.monotonic()
@@ -239,7 +251,7 @@ async def test_an_idle_waiter_reads_the_change_counter_rarely(db: str) -> None:
         seconds = time.monotonic() - started
         assert seconds >= 1.5
         polled = seconds / sqlite_store.CHANGE_POLL_MAX_S  # what polling would read
-        assert reads < polled / 10
+        assert reads.count < polled / 10
     finally:
         await store.close()
 
@@ -250,31 +262,20 @@ async def test_the_stores_own_commit_is_not_looked_for_closely(db: str) -> None:
     reads the counter on the quiet tick, not every fraction of a millisecond
     for the next few milliseconds (a worker's every settlement would cost
     dozens of reads)."""
-    store = SQLiteStore(db)
-    await store.connect()
-    engine = store._engine
-    await store.claim_wake(["default"], 1)  # the watch is made at the first wait
-    assert engine is not None and store._watch is not None
-    reads = 0
-    read = engine.data_version
-
-    def counted() -> int | None:
-        nonlocal reads
-        reads += 1
-        return read()
-
-    engine.data_version = counted  # type: ignore[method-assign]
+    store, reads = await _watched_store_counting_reads(db)
+    watch = store._watch
+    assert watch is not None
     try:
         await asyncio.sleep(0.5)  # the connect's own writes are well past
         for _ in range(3):
             await store.submit(name="own")  # a commit of this store's, inline
-            own = store._watch.own_notices
-            reads = 0
+            own = watch.own_notices
+            reads.count = 0
             await store.claim_wake(["default"], 300)
             assert own > 0  # (the submit was read as our own)
             # The quiet tick (100 ms) reads 3 or 4 times in 300 ms; the close
             # looks after a notification would read 30 and more.
-            assert reads < 10, reads
+            assert reads.count < 10, reads.count
     finally:
         await store.close()
 
