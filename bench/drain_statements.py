@@ -2,6 +2,7 @@
 
     python bench/drain_statements.py                 # 20,000 no-op tasks, concurrency 64
     python bench/drain_statements.py --tasks 5000 --switch-interval 0.0001
+    python bench/drain_statements.py --floor         # the bare loop's statements too
 
 A worker drains a bulk-loaded backlog (the same set-up as
 ``profile_drain.py``) while every call on its store's sqlite3 connection is
@@ -24,6 +25,12 @@ thread waiting for the GIL lets the running one go on (5 ms by default).
 It matters wherever a commit runs on the committer thread (see
 ``cairnq/store/sqlite/engine.py``).
 
+``--floor`` also drains a second backlog of the same size with the riding
+floor loop (``floors._floor_sqlite_riding``: the same claim and settlement
+statements, one connection, no SDK), its statements timed the same way:
+whether our statements cost what the floor's do, and what the floor's own
+loop costs besides them.
+
 ``--wal-autocheckpoint N`` sets that pragma on the worker's connection
 (SQLite's default: 1000 pages; 0: no checkpoints during the drain): the
 COMMITs that also checkpoint the WAL are the slow tail of the COMMIT
@@ -43,6 +50,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import floors  # noqa: E402
 from memory import client, counting_worker, prepare_backlog  # noqa: E402
 from workloads import CollectorPasses  # noqa: E402
 
@@ -117,6 +125,8 @@ def _by_kind(
 
 
 def _kind(sql: str) -> str:
+    if sql.startswith("--"):  # a statement file's text, its comment first
+        sql = "\n".join(line for line in sql.splitlines() if not line.startswith("--"))
     words = sql.split(None, 3)
     head = (
         " ".join(words[:3])
@@ -156,6 +166,33 @@ async def drain(
         return elapsed
 
 
+def floor_drain(db: str, tasks: int, times: dict[str, list[float]], commits: list[float]) -> float:
+    """The riding floor loop over ``db``'s backlog, its statements timed; its
+    wall time."""
+
+    def timed(conn: Any) -> TimedConnection:
+        return TimedConnection(conn, _by_kind(times, commits), _by_kind(times, suffix=", rows fetched"))
+
+    return tasks / floors._floor_sqlite_riding(db, tasks, 64, wrap=timed)
+
+
+def print_table(
+    title: str, n: int, elapsed: float, times: dict[str, list[float]], commits: list[float], rest: str
+) -> None:
+    in_db = sum(spent for _, spent in times.values())
+    print(f"{title}: {n / elapsed:,.0f} tasks/s, {elapsed / n * 1e6:.1f} us per task")
+    print(f"{'statement':<44}{'calls':>7}{'us/task':>10}{'us/call':>10}")
+    for kind, (calls, spent) in sorted(times.items(), key=lambda kv: -kv[1][1]):
+        print(f"{kind:<44}{calls:>7}{spent / n * 1e6:>10.2f}{spent / calls * 1e6:>10.1f}")
+    if commits:
+        commits.sort()
+        median, p90 = commits[len(commits) // 2], commits[int(len(commits) * 0.9)]
+        print(f"  COMMIT: median {median * 1e3:.3f} ms, 90th percentile {p90 * 1e3:.3f} ms, "
+              f"max {commits[-1] * 1e3:.3f} ms")  # fmt: skip
+    print(f"{'in the database':<44}{'':>7}{in_db / n * 1e6:>10.2f}")
+    print(f"{rest:<44}{'':>7}{(elapsed - in_db) / n * 1e6:>10.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -164,6 +201,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--switch-interval", type=float, default=None)
     parser.add_argument("--wal-autocheckpoint", type=int, default=None)
+    parser.add_argument("--floor", action="store_true", help="time the riding floor loop's statements too")
     args = parser.parse_args()
     if args.switch_interval is not None:
         sys.setswitchinterval(args.switch_interval)
@@ -176,26 +214,22 @@ def main() -> None:
         drain(db, args.concurrency, args.tasks, times, passes, commits, args.wal_autocheckpoint)
     )
     n = args.tasks
-    in_db = sum(spent for _, spent in times.values())
-    print(f"{n:,} tasks at concurrency {args.concurrency}: {n / elapsed:,.0f} tasks/s, "
-          f"{elapsed / n * 1e6:.1f} us per task")  # fmt: skip
-    print(f"{'statement':<44}{'calls':>7}{'us/task':>10}{'us/call':>10}")
-    for kind, (calls, spent) in sorted(times.items(), key=lambda kv: -kv[1][1]):
-        print(f"{kind:<44}{calls:>7}{spent / n * 1e6:>10.2f}{spent / calls * 1e6:>10.1f}")
-    if commits:
-        commits.sort()
-        median, p90 = commits[len(commits) // 2], commits[int(len(commits) * 0.9)]
-        print(f"  COMMIT: median {median * 1e3:.3f} ms, 90th percentile {p90 * 1e3:.3f} ms, "
-              f"max {commits[-1] * 1e3:.3f} ms")  # fmt: skip
-    print(f"{'in the database':<44}{'':>7}{in_db / n * 1e6:>10.2f}")
-    ours = (elapsed - in_db) / n * 1e6
-    print(f"{'the rest (ours: loop, dispatch, bookkeeping)':<44}{'':>7}{ours:>10.2f}")
+    title = f"{n:,} tasks at concurrency {args.concurrency}"
+    print_table(title, n, elapsed, times, commits, "the rest (ours: loop, dispatch, bookkeeping)")
     for generation in range(3):
         count, spent = passes.passes[generation], passes.spent[generation]
         if count:
             label = f"  of which: collector passes, generation {generation}"
             print(f"{label:<44}{count:>7}{spent / n * 1e6:>10.2f}{spent / count * 1e6:>10.1f}")
-
+    if args.floor:
+        floor_db = os.path.join(tempfile.mkdtemp(prefix="cairnq-statements-"), "floor.db")
+        asyncio.run(prepare_backlog(floor_db, n))
+        floor_times: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
+        floor_commits: list[float] = []
+        floor_elapsed = floor_drain(floor_db, n, floor_times, floor_commits)
+        print()
+        print_table("the riding floor loop, 64 a claim", n, floor_elapsed, floor_times, floor_commits,
+                    "the rest (the loop's own Python)")  # fmt: skip
 
 if __name__ == "__main__":
     main()

@@ -173,14 +173,19 @@ def _floor_sqlite(target: str, n: int, batch: int) -> float:
     return n / elapsed
 
 
-def _floor_sqlite_riding(target: str, n: int, batch: int) -> float:
+def _floor_sqlite_riding(
+    target: str, n: int, batch: int, wrap: Callable[[sqlite3.Connection], Any] | None = None
+) -> float:
     """The SQLite floor a worker can reach: its claim must commit before its
     handlers see the tasks, so a batch's settlement rides in the *next*
     claim's transaction (each COMMIT carries two batches' rows, where
     ``_floor_sqlite`` claims and settles the same rows in one transaction).
     Same statements, connection and durability; the last batch settles in a
-    transaction of its own."""
+    transaction of its own. ``wrap``: what the loop runs its statements on,
+    given the connection (``drain_statements.py --floor`` times them)."""
     conn = _sqlite_floor_conn(target)
+    if wrap is not None:
+        conn = wrap(conn)
     claim_ids, settle = _sqlite_drain_steps(conn, batch)
     done, riding = 0, []
     started = time.perf_counter()
