@@ -231,5 +231,6 @@ def main() -> None:
         print_table("the riding floor loop, 64 a claim", n, floor_elapsed, floor_times, floor_commits,
                     "the rest (the loop's own Python)")  # fmt: skip
 
+
 if __name__ == "__main__":
     main()

@@ -27,10 +27,9 @@ more Python per statement than the bare loop pays it in proportion.
 
 The "rest" column is the total less what was added (the work, the spin):
 the statement's own time and the loop around it; for ``ours``, the time in
-our statements. Where it grows with the
-work and not with the spin, the work slowed the statements that follow it
-(what it touched evicted what SQLite uses), which no time-only model of
-an SDK's overhead accounts for.
+our statements. Where it grows with the work and not with the spin, the
+work slowed the statements that follow it (what it touched evicted what
+SQLite uses), which no time-only model of an SDK's overhead accounts for.
 """
 
 from __future__ import annotations
@@ -143,6 +142,7 @@ def main() -> None:
             added = f"{statistics.median(s[1] for s in samples):.1f}"
             rest = statistics.median(s[0] - s[1] for s in samples)
         print(f"{directory:<24}{loop:<16}{total:>8.1f}{added:>10}{rest:>8.1f}")
+
 
 if __name__ == "__main__":
     main()
