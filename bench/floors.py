@@ -307,10 +307,13 @@ def _fresh_schema(dialect: str, target: str) -> str | None:
 
 
 def _sqlite_floor_conn(target: str) -> sqlite3.Connection:
-    """stdlib sqlite3 at the store's durability: WAL, synchronous=FULL, autocommit."""
+    """stdlib sqlite3 at the store's durability: WAL, synchronous=FULL, autocommit;
+    temporary data in memory, as the store keeps it (a transaction's statement
+    journal never spills to a file)."""
     conn = sqlite3.connect(target, isolation_level=None)
     conn.execute("pragma journal_mode = wal")
     conn.execute("pragma synchronous = full")
+    conn.execute("pragma temp_store = memory")
     return conn
 
 

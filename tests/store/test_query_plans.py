@@ -278,3 +278,30 @@ async def test_postgres_complete_each_reaches_its_rows_by_id(fresh_backend, stat
                 problems.append(f"{n} ids: {plan.get('Actual Rows')} rows, {pages} pages, read by {reads}")
     await q.close()
     assert not problems, "\n".join(problems)
+
+
+# SQLite keeps temporary data in memory (cairnq/store/sqlite/opening.py), the
+# sorter's included, which then never spills to disk: every sort must be over
+# a bounded set. A statement that sorts or groups either has a LIMIT, or its
+# groups are bounded whatever the table's size, for the reason given here.
+_SQLITE_BOUNDED_GROUPS = {
+    "applied_migrations": "one row a migration",
+    "browse_queues": "one group a queue and status",
+    "stats": "one group a queue and status",
+    "browse_finished_per_minute": "one group a minute and status of its window",
+    "browse_recent_workers": "one group a worker that finished a task in its window",
+    "periodic_latest": "one group a periodic schedule",
+}
+_SORTS = re.compile(r"\border\s+by\b|\bgroup\s+by\b|\bdistinct\b|\bunion\b")
+_LIMIT = re.compile(r"\blimit\b")
+
+
+def test_every_sqlite_sort_is_over_a_bounded_set() -> None:
+    problems = []
+    for name, statement in sorted(load_statements("sqlite").items()):
+        text = "\n".join(
+            line for line in statement.text.lower().splitlines() if not line.lstrip().startswith("--")
+        )
+        if _SORTS.search(text) and not _LIMIT.search(text) and name not in _SQLITE_BOUNDED_GROUPS:
+            problems.append(f"{name}: sorts or groups without a LIMIT and is not a known bounded grouping")
+    assert not problems, "\n".join(problems)

@@ -74,6 +74,15 @@ def open_connection(
             refresh_statistics(conn, statements)
         except sqlite3.Error:
             log.debug("planner statistics bootstrap failed", exc_info=True)
+        # A multi-row write inside a transaction (a claim riding with its
+        # settlements, a batch of writes) keeps a statement journal, so that
+        # it can fail alone; past 64 KiB SQLite spills that journal to a
+        # temporary file, created and unlinked in every such transaction. In
+        # memory it costs no file. The sorter then never spills either, so
+        # this comes after the migrations (an index they create sorts the
+        # whole table), and every statement of ours that sorts is limited or
+        # groups a bounded set (tests/store/test_query_plans.py holds them to it).
+        conn.execute("pragma temp_store = memory")
         conn.execute("pragma busy_timeout = 0")  # from here on the engine waits, async
         rows = conn.execute(statements["protocol_version"].text).fetchall()
         check_protocol_version(int(rows[0][0]) if rows else 0)

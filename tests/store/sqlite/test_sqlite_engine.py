@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import subprocess
 import sys
@@ -289,3 +290,38 @@ async def test_deferred_writes_go_at_once_while_the_claim_loop_sleeps(sqlite_bac
     assert _updated(sqlite_backend.target)
     await sleeper  # our own commit is a change: the sleeper wakes
     assert q.store._engine.claims_asleep == 0
+
+
+def _temporary_files_open() -> list[str]:
+    """The SQLite temporary files this process holds open (unlinked at once,
+    they show only among its descriptors)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile (the listing's own descriptor)
+        if "etilqs_" in target:
+            found.append(target)
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd (Linux)")
+async def test_a_transactions_statement_journal_stays_in_memory(sqlite_backend) -> None:
+    """A multi-row write after another in one transaction (a claim riding with
+    settlements) keeps a statement journal of the pages it changes; past 64 KiB
+    SQLite spills it to a temporary file unless temporary data is kept in
+    memory, which costs a file created and unlinked in every such transaction."""
+    q = sqlite_backend.client()
+    await q.connect()
+    for start in range(0, 600, 100):
+        await asyncio.gather(*(q.submit("n", {"i": i, "pad": "x" * 200}) for i in range(start, start + 100)))
+    conn = q.store._engine.conn
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("update cairnq_tasks set priority = priority + 1")
+        conn.execute("update cairnq_tasks set status = 'running', worker_id = 'w', attempt = attempt + 1")
+        assert _temporary_files_open() == []
+    finally:
+        conn.execute("ROLLBACK")
+    await q.close()
