@@ -4,13 +4,19 @@
 The hot path of every claim and every read: 23 columns per row, four of them
 JSON (the layout: ``models.TASK_LAYOUT``, read into C tables at import). The
 win over the twin is building the Task's instance dict directly (no
-23-argument __init__, no per-field setattr) and reading the row through the
-tuple C API.
+23-argument __init__, no per-field setattr; sized for every column at once,
+so it never resizes) and reading the row through the tuple C API.
 """
 
-from cpython.dict cimport PyDict_New, PyDict_SetItem
+from cpython.dict cimport PyDict_SetItem
 from cpython.object cimport PyObject_SetAttr
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+
+cdef extern from "Python.h":
+    # Exported by every CPython this builds for (3.9-3.13; Cython's own dict
+    # literals use it): a dict with room for ``minused`` keys, so filling it
+    # never resizes.
+    dict _PyDict_NewPresized(Py_ssize_t minused)
 
 from cairnq._speedups.jsoncodec_c import loads as _loads
 from cairnq.models import EPOCH_MS_COLUMNS, JSON_COLUMNS, TASK_COLUMN_KINDS, TASK_COLUMNS
@@ -77,7 +83,7 @@ cdef inline object _real(object value):
 
 
 cdef object _decode(object row, bint json_is_text):
-    cdef dict fields = PyDict_New()
+    cdef dict fields = _PyDict_NewPresized(_N)
     cdef Py_ssize_t j, i
     cdef object value
     cdef int kind
