@@ -369,7 +369,7 @@ class PostgresStore(TaskStore):
         marked = fleet.marked()
         if marked is not None and marked.id != worker_id:
             return None  # the session carries another worker's mark
-        key = fleet_key(self.schema, queues, None if names is None else list(names))
+        key = fleet_key(self.schema, queues, names)
         member = fleet.join(worker_id, key, queues, interval_ms / 1000, names)
         if member.mark is None:  # an id no mark can spell: alone
             fleet.leave(worker_id)

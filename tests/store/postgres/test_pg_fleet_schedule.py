@@ -61,6 +61,17 @@ def test_the_key_is_that_of_one_installation_and_one_set_of_queues_and_names() -
     assert fleet_key(None, ["a"], None) != fleet_key(None, ["a"], [])
 
 
+def test_a_remembered_key_follows_the_lists_it_is_given() -> None:
+    # Keys are remembered (a worker asks on every claim): a list changed
+    # after it was asked for must not get its old key back.
+    queues, names = ["a"], ["x"]
+    first = fleet_key(None, queues, names)
+    assert fleet_key(None, ("a",), ("x",)) == first
+    queues.append("b")
+    names.append("y")
+    assert fleet_key(None, queues, names) == fleet_key(None, ["b", "a"], ["y", "x"]) != first
+
+
 async def test_news_of_work_reaches_the_leaders_only() -> None:
     fleet = Fleet(Clock(), Draws(0.5))
     members = ["a-lead", "b", "c", "other"]
