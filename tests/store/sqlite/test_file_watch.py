@@ -23,6 +23,7 @@ import pytest
 import cairnq.store.sqlite.store as sqlite_store
 from cairnq import SQLiteStore
 from cairnq.store.sqlite.file_watch import ENV
+from descriptors import LISTED, descriptor_targets
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") and not hasattr(select, "kqueue"),
@@ -285,16 +286,10 @@ def _open_fds() -> int:
 
 
 def _inotify_fds() -> int:
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            count += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
-        except OSError:
-            pass  # closed meanwhile
-    return count
+    return descriptor_targets().count("anon_inode:inotify")
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+@pytest.mark.skipif(not LISTED, reason="needs /proc/self/fd")
 async def test_stores_opened_and_closed_many_times_leak_no_descriptors(db: str) -> None:
     warm = SQLiteStore(db)
     await warm.connect()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 from cairnq import CairnQ, StoreClosed
 from cairnq.store.sqlite import engine as engine_module
 from cairnq.store.sqlite.engine import HOLD_S, POLL_S, BusyPolicy, is_busy
+from descriptors import LISTED, descriptor_targets
 
 
 def _count(path: str) -> int:
@@ -295,18 +295,10 @@ async def test_deferred_writes_go_at_once_while_the_claim_loop_sleeps(sqlite_bac
 def _temporary_files_open() -> list[str]:
     """The SQLite temporary files this process holds open (unlinked at once,
     they show only among its descriptors)."""
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue  # closed meanwhile (the listing's own descriptor)
-        if "etilqs_" in target:
-            found.append(target)
-    return found
+    return [target for target in descriptor_targets() if "etilqs_" in target]
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd (Linux)")
+@pytest.mark.skipif(not LISTED, reason="reads /proc/self/fd (Linux)")
 async def test_a_transactions_statement_journal_stays_in_memory(sqlite_backend) -> None:
     """A multi-row write after another in one transaction (a claim riding with
     settlements) keeps a statement journal of the pages it changes; past 64 KiB
