@@ -6,25 +6,33 @@ a task per event, then cancelling and gathering them: five loop turns from
 the news to the claim. A ``Signal`` settles the waiter's one future directly,
 so the loop resumes on the next turn (two after a store wake, which finishes
 a task of its own).
+
+``unless`` goes further for a wait that is itself a coroutine (the store's
+idle wait): it runs in the waiting task, so the news resumes the claim loop
+on the next turn, and a signal set meanwhile interrupts it by cancelling
+that task, a cancellation ``unless`` takes back (``Task.uncancel``) so
+nothing above it sees one.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Optional
+import sys
+from typing import Any, Awaitable, Optional
 
-__all__ = ["Signal", "first_of"]
+__all__ = ["Signal", "first_of", "unless"]
 
 
 class Signal:
     """A flag like ``asyncio.Event`` (``set``, ``clear``, ``is_set``) whose
     setting settles the futures ``first_of`` registers with it."""
 
-    __slots__ = ("_flag", "_waiters")
+    __slots__ = ("_flag", "_waiters", "_interrupts")
 
     def __init__(self) -> None:
         self._flag = False
         self._waiters: set[asyncio.Future[None]] = set()
+        self._interrupts: set[_Interrupt] = set()  # (of tasks waiting in ``unless``)
 
     def is_set(self) -> bool:
         return self._flag
@@ -37,6 +45,9 @@ class Signal:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+        interrupts, self._interrupts = self._interrupts, set()
+        for interrupt in interrupts:
+            interrupt.fire()
 
     def clear(self) -> None:
         self._flag = False
@@ -80,3 +91,75 @@ async def first_of(*signals: Signal, future: Optional["asyncio.Future[Any]"] = N
 async def _cancelled(future: "asyncio.Future[Any]") -> None:
     future.cancel()
     await asyncio.gather(future, return_exceptions=True)
+
+
+async def unless(wait: Awaitable[Any], *signals: Signal) -> tuple[bool, Any]:
+    """Await ``wait`` in this task unless one of ``signals`` is set first:
+    (True, what it returned), or (False, None) when a signal was set before
+    it was done (it is then cancelled where it waits) or it raised. Cancelling
+    the caller cancels ``wait`` as awaiting it would."""
+    if any(s._flag for s in signals):
+        _discard(wait)
+        return False, None
+    task = asyncio.current_task()
+    assert task is not None
+    interrupt = _Interrupt(task)
+    for s in signals:
+        s._interrupts.add(interrupt)
+    try:
+        result = await wait
+    except asyncio.CancelledError:
+        if not interrupt.taken_back():
+            raise
+        return False, None
+    except Exception:
+        # (as first_of over a task of it: the wait's error stays with it)
+        return False, None
+    finally:
+        interrupt.resting = False
+        for s in signals:
+            s._interrupts.discard(interrupt)
+    if interrupt.sent:  # (the wait swallowed the cancellation)
+        interrupt.taken_back()
+        return False, None
+    return True, result
+
+
+class _Interrupt:
+    """A task waiting in ``unless``, and whether a signal cancelled it."""
+
+    __slots__ = ("task", "resting", "sent")
+
+    def __init__(self, task: "asyncio.Task[Any]") -> None:
+        self.task = task
+        self.resting = True  # still awaiting the wait
+        self.sent = False
+
+    def fire(self) -> None:
+        if self.sent or not self.resting:
+            return
+        if self.task is asyncio.current_task():
+            # Set from within the wait itself: cancelled now, the task would
+            # be hit at its next await, wherever that is. Once it rests.
+            asyncio.get_running_loop().call_soon(self.fire)
+            return
+        self.sent = True
+        self.task.cancel()
+
+    def taken_back(self) -> bool:
+        """The cancellation was ours: undo its count (3.11+), so nothing
+        above (``asyncio.timeout``, a TaskGroup) takes it for its own. False
+        when another cancellation is pending as well: that one goes on."""
+        if not self.sent:
+            return False
+        self.sent = False
+        if sys.version_info >= (3, 11):
+            return self.task.uncancel() == 0
+        return True
+
+
+def _discard(wait: Awaitable[Any]) -> None:
+    """A wait that will not be awaited: closed (no "never awaited" warning)."""
+    close = getattr(wait, "close", None)
+    if close is not None and asyncio.iscoroutine(wait):
+        close()

@@ -47,7 +47,7 @@ from cairnq.worker.claims import Call, ClaimPlanner
 from cairnq.worker.execution import CallSettings, no_handler, run_call
 from cairnq.worker.heartbeat import Heartbeats
 from cairnq.worker.registry import Handler, Registry
-from cairnq.worker.signals import Signal, first_of
+from cairnq.worker.signals import Signal, first_of, unless
 from cairnq.worker.starter import CallStarter, StartedCall
 from cairnq.worker.store_port import StorePort
 
@@ -581,26 +581,29 @@ class Worker:
         (In a fleet, the sleep lasts until news for this worker or its turn to
         probe: see ``Worker``'s ``poll_interval_ms``.)
 
-        ``after_dispatch``: this claim just started calls. Where the store
-        holds deferred writes for the next claim (SQLite), none is coming now,
-        and the completions of calls that return at once are written before
-        the sleep begins: its first step (the change counter read, the file
-        watch armed) would otherwise run first and hold them back."""
+        ``after_dispatch``: this claim just started calls. They take their
+        first step before the sleep does: its first step (the change counter
+        read and the file watch armed, a fleet's turn) runs in this task, and
+        would otherwise hold their handlers back. Where the store holds
+        deferred writes for the next claim (SQLite), none is coming now: the
+        completions of calls that returned at once are written first too.
+
+        The sleep runs in this task (``signals.unless``), so news of work
+        resumes the claim loop on the next turn of the loop; a stop (or a
+        finished call, where resources are capped) interrupts it."""
         assert self._stop_event is not None and self._call_done is not None
         with self._port.resting() as writes_wait_for_claims:
+            if after_dispatch and not self._starter.eager:  # (eager: taken within the dispatch)
+                await asyncio.sleep(0)
             if after_dispatch and writes_wait_for_claims:
-                if not self._starter.eager:  # (eager: taken within the dispatch)
-                    await asyncio.sleep(0)  # the calls just started take their first step
                 await self._port.queued_completions_written()
-            wake = asyncio.ensure_future(
-                self._port.idle_wait(self._queues, self._registry.names, self._poll_interval_ms)
-            )
+            wait = self._port.idle_wait(self._queues, self._registry.names, self._poll_interval_ms)
             if resource_wake and self._registry.capacities:
                 self._call_done.clear()  # a finished call frees its resource units
-                await first_of(self._stop_event, self._call_done, future=wake)
+                done, news = await unless(wait, self._stop_event, self._call_done)
             else:
-                await first_of(self._stop_event, future=wake)
-        return not wake.cancelled() and wake.exception() is None and wake.result() is True
+                done, news = await unless(wait, self._stop_event)
+        return done and news is True
 
     def _calls_within_byte_budget(self) -> int:
         """How many calls the next claim may start under max_in_flight_bytes.
