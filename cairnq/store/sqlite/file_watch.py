@@ -288,6 +288,10 @@ _NAME_CAME = _IN_CREATE | _IN_MOVED_TO
 _DIR_GONE = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of name
 _READ_SIZE = 64 * 1024
+# The largest event: its header and a name of NAME_MAX bytes with its NUL.
+# A read that left at least this much of the buffer free took every event
+# queued at that moment (the kernel hands out whole events, as many as fit).
+_LARGEST_EVENT = _EVENT.size + 256
 
 @functools.cache
 def _inotify_libc() -> ctypes.CDLL:
@@ -343,19 +347,24 @@ def _inotify_watch(directory: str, names: set[bytes]) -> FileWatch:
         os.close(fd)
         raise
     watch: FileWatch
+    # Read into one buffer kept for the watch: a read runs after every commit
+    # of the store's own, and a fresh 64 KiB bytes object for each costs more
+    # than the read (malloc, then the shrink to the few events read).
+    buffer = bytearray(_READ_SIZE)
+    into = [buffer]
 
     def drain() -> bool:
         relevant = False
         while True:
             try:
-                data = os.read(fd, _READ_SIZE)
+                size = os.readv(fd, into)
             except BlockingIOError:
                 return relevant
-            if not data:
+            if not size:
                 return relevant
             offset = 0
-            while offset + _EVENT.size <= len(data):
-                wd, mask, _, length = _EVENT.unpack_from(data, offset)
+            while offset + _EVENT.size <= size:
+                wd, mask, _, length = _EVENT.unpack_from(buffer, offset)
                 start = offset + _EVENT.size
                 offset = start + length
                 if mask & _IN_Q_OVERFLOW:
@@ -375,11 +384,16 @@ def _inotify_watch(directory: str, names: set[bytes]) -> FileWatch:
                     relevant = True
                     watch.gone = True
                 else:
-                    name = data[start:offset].rstrip(b"\0")
+                    name = bytes(buffer[start:offset]).rstrip(b"\0")
                     if name in names:
                         relevant = True
                         if mask & _NAME_CAME:
                             arm(name)
+            if size <= _READ_SIZE - _LARGEST_EVENT:
+                # Every event queued when it read: no second read (it would
+                # fail with EAGAIN, an exception made for nothing). One queued
+                # since makes the descriptor readable: the loop reads it.
+                return relevant
 
     watch = FileWatch(fd, drain, lambda: os.close(fd))
     return watch

@@ -424,3 +424,46 @@ async def test_a_database_file_renamed_into_place_is_watched(db: str, huge_ticks
                 assert watch.notices > seen
     finally:
         watch.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify")
+async def test_a_read_takes_every_queued_event_and_stops_once_the_queue_is_empty(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store reads its watch after each of its own commits: one read
+    when that empties the queue (no second read to find it empty), and as
+    many as it takes when more events are queued than one read holds."""
+    from cairnq.store.sqlite.file_watch import watch_database
+
+    watch = watch_database(db)
+    assert watch is not None
+    reads = 0
+    readv = os.readv
+
+    def counted(fd: int, buffers: Any) -> int:
+        nonlocal reads
+        if fd == watch._fd:
+            reads += 1
+        return readv(fd, buffers)
+
+    monkeypatch.setattr(os, "readv", counted)
+    folder = os.path.dirname(db)
+    try:
+        with watch.waiting():
+            with open(db + "-wal", "w") as f:  # its name's arrival is news
+                f.write("")
+            watch.read_own_commit()
+            assert reads == 1
+            assert watch.own_notices == 1
+            # About 190 KiB of events (names that are not the database's,
+            # so none of them is news): three reads of 64 KiB and more.
+            for i in range(3000):
+                open(os.path.join(folder, f"unrelated-{i:06d}-{'x' * 24}"), "w").close()
+            reads = 0
+            watch.read_own_commit()
+            assert reads >= 3
+            assert watch.own_notices == 1
+            with pytest.raises(BlockingIOError):
+                os.read(watch._fd, 4096)  # nothing was left behind
+    finally:
+        watch.close()
