@@ -160,6 +160,5 @@ class _Interrupt:
 
 def _discard(wait: Awaitable[Any]) -> None:
     """A wait that will not be awaited: closed (no "never awaited" warning)."""
-    close = getattr(wait, "close", None)
-    if close is not None and asyncio.iscoroutine(wait):
-        close()
+    if asyncio.iscoroutine(wait):
+        wait.close()
