@@ -94,6 +94,11 @@ class ClaimPlanner:
     def _calls(self, rows: Sequence[Task]) -> list[Call]:
         """In claim order (priority, then due time, then id), grouped by name
         (first seen first), each name's tasks chunked by its batch size."""
+        if len(rows) == 1:
+            # A lone row (a call(), a quiet queue): its call, without the
+            # sorts and the grouping (about 10 us of a cold claim's path).
+            task = rows[0]
+            return [(self._registry.by_name.get(task.name), [task])]
         ordered = sorted(rows, key=_due_then_id)
         ordered.sort(key=_priority, reverse=True)  # stable: ties keep due order
         names = list(map(_name, ordered))
