@@ -113,7 +113,10 @@ async def unless(wait: Awaitable[Any], *signals: Signal) -> tuple[bool, Any]:
             raise
         return False, None
     except Exception:
-        # (as first_of over a task of it: the wait's error stays with it)
+        # (as first_of over a task of it: the wait's error stays with it.) A
+        # wait that turned our cancellation into that error leaves its count
+        # on the task all the same: taken back, as below.
+        interrupt.taken_back()
         return False, None
     finally:
         interrupt.resting = False

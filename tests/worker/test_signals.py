@@ -208,3 +208,26 @@ async def test_a_wait_that_raises_ends_with_nothing() -> None:
         raise RuntimeError("store went away")
 
     assert await asyncio.wait_for(unless(fails(), Signal()), 5) == (False, None)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.10 does not count cancellations")
+async def test_a_wait_that_turns_the_interruption_into_an_error_leaves_no_cancellation_behind() -> None:
+    stop = Signal()
+
+    async def wait() -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            raise RuntimeError("a store wrapper that reports what ended its wait") from None
+
+    async def rest() -> tuple[Any, int, str]:
+        async with asyncio.timeout(30):
+            answer = await unless(wait(), stop)
+            count = _cancel_count(asyncio.current_task())
+            await asyncio.sleep(0.001)
+        return answer, count, "in time"
+
+    resting = asyncio.ensure_future(rest())
+    await asyncio.sleep(0.01)
+    stop.set()
+    assert await asyncio.wait_for(resting, 5) == ((False, None), 0, "in time")
