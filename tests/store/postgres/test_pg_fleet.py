@@ -51,7 +51,10 @@ def _gate_locks(dsn: str, granted: bool, mode: str) -> int:
     rows = fetch(
         dsn,
         "select count(*) from pg_locks where locktype = 'advisory' and granted = %s"
-        " and mode = %s and classid = %s::oid and objid = %s::oid and objsubid = 2",
+        " and mode = %s and classid = %s::oid and objid = %s::oid and objsubid = 2"
+        # advisory locks are per database: a fleet on another database of the
+        # server (another test's, a benchmark's) takes the same keys
+        " and database = (select oid from pg_database where datname = current_database())",
         [granted, mode, GATE_CLASS, gate_of(KEY) & 0xFFFFFFFF],
     )
     return int(rows[0][0])
