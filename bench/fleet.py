@@ -26,7 +26,12 @@ For each fleet size N, against a fresh database: N real worker processes
   process claims it, with a 1 s lease, and is SIGKILLed; the claim is taken
   from a queue nobody serves and the row moved to the served queue while it
   runs, so no fleet worker races the victim for it), and how long after it
-  came due a delayed task is run; ``--samples`` of each, median and max.
+  came due a delayed task is run; ``--samples`` of each, median and max;
+* **connections**: the fleet's connections to the database (its pools, its
+  members' sessions, the leader's LISTEN), idle before the burst and again
+  once the burst's client has left (the pools grown by the burst, not yet
+  shrunk), per worker. The server's ``max_connections`` bounds the fleet
+  sizes this can run (a warning says when a size may not fit).
 
 Transactions are ``xact_commit + xact_rollback`` of ``pg_stat_database`` for
 the database, whoever ran them (the producers' submits included, the bench's
@@ -135,6 +140,14 @@ FLUSH_S = 11.0  # an idle backend flushes its pending statistics within 10 s
 def xacts(conn: Any) -> int:
     row = conn.execute(
         "select xact_commit + xact_rollback from pg_stat_database where datname = current_database()"
+    ).fetchone()
+    return int(row[0])
+
+
+def connections(conn: Any) -> int:
+    """Every other session of the database (the bench's own excluded)."""
+    row = conn.execute(
+        "select count(*) from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()"
     ).fetchone()
     return int(row[0])
 
@@ -453,6 +466,17 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
 
     name = create_database()
     dsn = dsn_for(name)
+    with psycopg.connect(dsn, autocommit=True) as check:
+        room = int(check.execute("show max_connections").fetchone()[0])
+        used = int(
+            check.execute("select count(*) from pg_stat_activity where backend_type = 'client backend'").fetchone()[0]
+        )
+    if used + 5 * n + 20 > room:
+        print(
+            f"warning: {n} workers may need up to {5 * n + 20} more connections; the server allows "
+            f"{room} and {used} are in use (max_connections in postgresql.conf)",
+            file=sys.stderr,
+        )
     logdir = Path(tempfile.mkdtemp(prefix=f"cairnq-fleet{n}-"))
     fleet = None
     try:
@@ -478,7 +502,11 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
             "seconds": round(idle_s, 2),
             "per_worker_s": idle_tx / idle_s / n,
         }
+        held = {"idle": connections(conn)}
         burst = measure_burst(dsn, args.burst, fleet) if args.burst else None
+        if burst is not None:
+            time.sleep(1.0)  # the burst's client gone from pg_stat_activity
+            held["after_burst"] = connections(conn)
         recovery = measure_recovery(dsn, args.samples, logdir)
         # A fleet of its own for the load: a listening session reports what
         # it spent reading notifications only when it ends, so the old
@@ -491,7 +519,10 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
         # Last: it ends with the fleet stopped (its sessions' counts land).
         loaded = measure_loaded(conn, dsn, args.rate, args.window, idle_tx / idle_s, fleet)
         conn.close()
-        return {"workers": n, "idle": idle, "loaded": loaded, "recovery": recovery, "burst": burst}
+        return {
+            "workers": n, "idle": idle, "loaded": loaded, "recovery": recovery, "burst": burst,
+            "connections": held,
+        }  # fmt: skip
     finally:
         if fleet is not None:
             fleet.stop()
@@ -532,7 +563,7 @@ def main() -> None:
     print(
         f"{'workers':>7}  {'idle tx/s/worker':>16}  {'tasks/s':>7}  {'stmts/task':>10}  "
         f"{'all tx/task':>19}  {'lease recovery ms (med/max)':>27}  {'due ms (med/max)':>16}"
-        f"  {'burst tasks/s (workers, stmts/task)':>35}"
+        f"  {'burst tasks/s (workers, stmts/task)':>35}  {'conns/worker idle, after burst':>30}"
     )
     for r in results:
         rec, loaded = r["recovery"], r["loaded"]
@@ -544,10 +575,13 @@ def main() -> None:
         burst = "-" if b is None else (
             f"{b['tasks_per_s']:.0f} ({b['workers_that_ran']}, {b['worker_statements_per_task']:.2f})"
         )
+        held = r["connections"]
+        per = [held[k] / r["workers"] for k in ("idle", "after_burst") if k in held]
+        conns = ", ".join(f"{x:.1f}" for x in per)
         print(
             f"{r['workers']:>7}  {r['idle']['per_worker_s']:>16.2f}  {loaded['rate']:>7.0f}  "
             f"{loaded['statements_per_task']:>10.2f}  {every:>19}  {lease:>27}  {delayed:>16}"
-            f"  {burst:>35}{lost}"
+            f"  {burst:>35}  {conns:>30}{lost}"
         )
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))

@@ -32,6 +32,12 @@ __all__ = ["create_pool_executor", "check_schema_name", "PLAIN_IDENT", "PoolExec
 
 CONNECT_TIMEOUT_S = 10
 HOT_CONNECTION_MAX_S = 60.0  # the kept connection goes back to the pool this often
+# An idle pooled connection beyond min_size is closed after this long (one per
+# period: psycopg_pool shrinks step by step). psycopg_pool's default is ten
+# minutes: a worker that grew its pool in a burst would hold the extra
+# connections that long, and a fleet's connections add up against the
+# server's max_connections.
+POOL_MAX_IDLE_S = 60.0
 MAX_SPARE_CURSORS = 64  # kept per connection for pipelined batches
 _MAX_SESSIONS = 64  # sessions kept for pooled connections (per executor)
 _warned_pure_python = False
@@ -243,14 +249,41 @@ class PoolExecutor:
             await self._pool.putconn(conn)
 
     async def execute(self, sql: str) -> None:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             await self._session(conn).execute(sql)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[_Session]:
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             async with conn.transaction():
                 yield self._session(conn)
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Any]:
+        """A connection for a transaction, a batch or a script: the kept one
+        while it is idle and the pool has no other to spare, else one from the
+        pool. Otherwise every store would open a second connection at once
+        (its migrations run while the kept one is out) and keep it: a quiet
+        worker would hold two pooled connections where one does."""
+        conn = self._hot
+        if conn is None or self._hot_busy or not self._hot_enabled or self._pool_has_idle():
+            async with self._pool.connection() as pooled:
+                yield pooled
+            return
+        self._hot_busy = True
+        try:
+            yield conn
+        except BaseException:
+            # Back to the pool, which checks it and drops it if it is broken.
+            self._hot_busy = False
+            await self._release_hot()
+            raise
+        self._hot_busy = False
+        if not self._hot_enabled:  # closed while it was lent
+            await self._release_hot()
+
+    def _pool_has_idle(self) -> bool:
+        return bool(self._pool.get_stats().get("pool_available", 0))
 
     async def _write_batch(
         self, statements: Sequence[tuple[str, Sequence[Any], bool]]
@@ -258,7 +291,7 @@ class PoolExecutor:
         """Run every statement ``(text, values, prepare)`` in one transaction,
         pipelined: one round trip, one commit. Any error aborts (and rolls
         back) the whole batch."""
-        async with self._pool.connection() as conn:
+        async with self._connection() as conn:
             session = self._session(conn)
             cursors = session._take_cursors(len(statements))
             async with conn.transaction():
@@ -356,6 +389,7 @@ async def create_pool_executor(
             "cursor_factory": psycopg.AsyncRawCursor,  # $n placeholders as written
         },
         configure=configure,
+        max_idle=POOL_MAX_IDLE_S,
         open=False,
     )
     try:

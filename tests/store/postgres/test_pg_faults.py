@@ -177,6 +177,101 @@ async def test_close_during_a_lone_statement_still_returns_the_kept_connection(p
     await _no_backends_left(dsn, db)
 
 
+def _pooled_backends(dsn: str, db: str) -> list[tuple[int, str]]:
+    """The store's pooled connections: every backend of ``db`` but a fleet
+    member's session (named by its mark) and the LISTEN session."""
+    return fetch(
+        dsn,
+        "select pid, query from pg_stat_activity where datname = %s and pid <> pg_backend_pid()"
+        " and application_name not like 'cairnq_fleet%%' and query not ilike 'listen %%'",
+        [db],
+    )
+
+
+async def test_a_quiet_store_keeps_one_pooled_connection(pg):
+    """Lone statements, transactions (its migrations, a keyed submit) and a
+    batch of writes, one after another, share the kept connection: the store
+    holds one pooled connection, not one for each kind of use."""
+    dsn, db = pg.target, pg.database
+    store = pg.store()  # the defaults: min_size=1, max_size=10
+    await store.connect()
+    task = await store.submit(name="h", queue="hq")
+    await store.get(task.id)
+    await store.submit(name="h", queue="hq", key="k1")  # a transaction
+    await store.claim(queues=["hq"], worker_id="w_quiet")
+    await store.complete_many(task_ids=[task.id], worker_id="w_quiet", result=None)
+    await store.cancel(task.id)
+    # (the DSN check's own connection may still be listed a moment)
+    await until(lambda: len(_pooled_backends(dsn, db)) == 1, 5.0, "one pooled connection")
+    await asyncio.sleep(0.2)
+    assert len(_pooled_backends(dsn, db)) == 1, _pooled_backends(dsn, db)
+    from cairnq.store.postgres.pool import POOL_MAX_IDLE_S
+
+    assert store._executor.pool.max_idle == POOL_MAX_IDLE_S  # spares go back within a minute
+    await store.close()
+
+
+async def test_a_transaction_on_the_kept_connection_leaves_lone_statements_free(pg):
+    store = pg.store(max_size=4)
+    await store.connect()
+    task = await store.submit(name="h", queue="hq")
+    executor = store._executor
+    kept = executor._hot
+    assert kept is not None
+
+    async def slow_transaction() -> None:
+        async with executor.transaction() as session:
+            await session.query("select pg_sleep(0.3)", [])
+
+    slow = asyncio.ensure_future(slow_transaction())
+    await asyncio.sleep(0.1)
+    assert executor._hot_busy  # lent to the transaction
+    started = time.monotonic()
+    got = await asyncio.wait_for(store.get(task.id), 5)  # served by another connection
+    assert got.id == task.id and time.monotonic() - started < 0.25
+    await slow
+    assert executor._hot is kept and not executor._hot_busy
+    assert (await store.get(task.id)).id == task.id
+    await store.close()
+
+
+async def test_a_failed_transaction_gives_the_kept_connection_back_to_the_pool(pg):
+    store = pg.store(max_size=4)
+    await store.connect()
+    task = await store.submit(name="h", queue="hq")
+    executor = store._executor
+    kept = executor._hot
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        async with executor.transaction() as session:
+            await session.query("select 1 / 0", [])
+    # the pool checks it; the next lone statement keeps one again
+    assert executor._hot is None and not executor._hot_busy
+    assert (await store.get(task.id)).id == task.id
+    assert executor._hot is not None
+    assert not kept.closed or executor._hot is not kept
+    await store.close()
+
+
+async def test_an_idle_worker_keeps_one_pooled_connection(pg):
+    """Startup (migrations, the fleet's join), claims that find nothing, probes
+    and turns: a worker with nothing to do holds one pooled connection
+    besides its fleet session and its LISTEN session."""
+    dsn, db = pg.target, pg.database
+    worker = pg.worker(("iq",), concurrency=4, poll_interval_ms=50)
+
+    @worker.task("noop")
+    async def noop(ctx, payload):
+        return None
+
+    run = asyncio.ensure_future(worker.run())
+    try:
+        await asyncio.sleep(1.0)  # twenty poll intervals of claims, probes and turns
+        await until(lambda: len(_pooled_backends(dsn, db)) == 1, 5.0, "one pooled connection")
+    finally:
+        worker.stop()
+        await run
+
+
 async def _no_backends_left(dsn: str, db: str) -> None:
     """Every connection of the store is gone from the server. A backend whose
     client closed its socket exits a moment later (pg_stat_activity still
