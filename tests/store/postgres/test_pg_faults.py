@@ -211,13 +211,20 @@ async def test_a_quiet_store_keeps_one_pooled_connection(pg):
     await store.close()
 
 
-async def test_a_transaction_on_the_kept_connection_leaves_lone_statements_free(pg):
+async def _store_keeping_a_connection(pg: Any) -> tuple[Any, Any, Any, Any]:
+    """(store, a task of it, its executor, the connection it keeps), once a
+    lone statement has made it keep one."""
     store = pg.store(max_size=4)
     await store.connect()
     task = await store.submit(name="h", queue="hq")
     executor = store._executor
     kept = executor._hot
     assert kept is not None
+    return store, task, executor, kept
+
+
+async def test_a_transaction_on_the_kept_connection_leaves_lone_statements_free(pg):
+    store, task, executor, kept = await _store_keeping_a_connection(pg)
 
     async def slow_transaction() -> None:
         async with executor.transaction() as session:
@@ -236,11 +243,7 @@ async def test_a_transaction_on_the_kept_connection_leaves_lone_statements_free(
 
 
 async def test_a_failed_transaction_gives_the_kept_connection_back_to_the_pool(pg):
-    store = pg.store(max_size=4)
-    await store.connect()
-    task = await store.submit(name="h", queue="hq")
-    executor = store._executor
-    kept = executor._hot
+    store, task, executor, kept = await _store_keeping_a_connection(pg)
     with pytest.raises(psycopg.errors.DivisionByZero):
         async with executor.transaction() as session:
             await session.query("select 1 / 0", [])
