@@ -471,9 +471,10 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
         used = int(
             check.execute("select count(*) from pg_stat_activity where backend_type = 'client backend'").fetchone()[0]
         )
-    if used + 5 * n + 20 > room:
+    need = 5 * n + 20  # about 4 a worker under load (docs/postgresql.md), the bench's own clients
+    if used + need > room:
         print(
-            f"warning: {n} workers may need up to {5 * n + 20} more connections; the server allows "
+            f"warning: {n} workers may need up to {need} more connections; the server allows "
             f"{room} and {used} are in use (max_connections in postgresql.conf)",
             file=sys.stderr,
         )
