@@ -397,6 +397,12 @@ def mark_started(contexts: Iterable[TaskContext]) -> float:
     return now
 
 
+def left_to_write(ctx: TaskContext) -> bool:
+    """Whether the worker still has the outcome of ``ctx``'s attempt to
+    write: the handler did not settle it, and its lease is not known lost."""
+    return not (ctx._settled or ctx._lost)
+
+
 def mark_completed(ctx: TaskContext, status: str) -> None:
     """The worker's completion settled the task with final ``status``
     ("succeeded", or "canceled" where a cancel won)."""

@@ -29,7 +29,7 @@ import inspect
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Coroutine, Mapping, Optional, Protocol
+from typing import Any, Awaitable, Callable, Coroutine, Mapping, Optional, Protocol
 
 from cairnq import events
 from cairnq._backoff import fail_delay_ms
@@ -55,7 +55,7 @@ from cairnq.observability import tracing
 from cairnq.worker.registry import Registration
 from cairnq.worker.store_port import StorePort
 
-__all__ = ["CallHold", "CallSettings", "run_call", "no_handler"]
+__all__ = ["CallHold", "CallSettings", "run_call", "no_handler", "tell_completed"]
 
 Report = Callable[[BaseException, dict[str, Any]], None]
 
@@ -96,6 +96,7 @@ async def run_call(
     reg: Registration,
     contexts: list[TaskContext],
     hold: CallHold,
+    begun: Optional[Awaitable[Any]] = None,
 ) -> None:
     """Run the handler for ``contexts`` and settle every task it left unsettled.
     ``hold.handler_done()`` as soon as the handler is done, before settling
@@ -103,18 +104,25 @@ async def run_call(
     ``hold.settled()`` once nothing is left to write, possibly after this
     coroutine ended (a lone completion is handed to the worker's coalesced
     completions and the call's task ends at once). Never raises but for
-    cancellation: what goes wrong is reported."""
+    cancellation: what goes wrong is reported.
+
+    ``begun``: the handler was already called (a quick call promoted, see
+    ``quick.py``: an async handler of one task, no max_run_ms); awaiting it
+    goes on from there."""
     if _TRACING.on and type(hold) is not tracing.CallSpan:
         # Again, inside a consumer span that stands in for the hold.
-        await tracing.run_traced(run_call, settings, reg, contexts, hold)
+        run = run_call if begun is None else partial(run_call, begun=begun)
+        await tracing.run_traced(run, settings, reg, contexts, hold)
         return
     handed_off = False
     try:
-        started = mark_started(contexts) if RUN_TIMED.on else None
+        started = mark_started(contexts) if RUN_TIMED.on and begun is None else None
         try:
-            if settings.max_run_ms is None and reg.is_async and reg.style != "batch":
+            if begun is not None:
+                outcome: Any = await begun
+            elif settings.max_run_ms is None and reg.is_async and reg.style != "batch":
                 ctx = contexts[0]  # the common shape, without the general path's frames
-                outcome: Any = await (
+                outcome = await (
                     reg.fn(ctx, ctx.payload) if reg.style == "ctx_payload" else reg.fn(ctx)
                 )
             else:
@@ -201,15 +209,23 @@ def _completed_later(
 ) -> None:
     """A handed-off completion was written (or refused)."""
     try:
-        if exc is None:
-            assert status is not None
-            mark_completed(ctx, status)
-        elif isinstance(exc, LostLease):
-            mark_lease_lost(ctx)
-        elif isinstance(exc, Exception):
-            settings.report(exc, {"phase": "execute", "task_id": ctx.task_id})
+        tell_completed(settings, ctx, status, exc)
     finally:
         hold.settled()
+
+
+def tell_completed(
+    settings: CallSettings, ctx: TaskContext, status: Optional[str], exc: Optional[BaseException]
+) -> None:
+    """Tell ``ctx`` how its handed-off completion went: written with final
+    ``status``, or refused with ``exc`` (LostLease, or what the write raised)."""
+    if exc is None:
+        assert status is not None
+        mark_completed(ctx, status)
+    elif isinstance(exc, LostLease):
+        mark_lease_lost(ctx)
+    elif isinstance(exc, Exception):
+        settings.report(exc, {"phase": "execute", "task_id": ctx.task_id})
 
 
 async def _invoke(settings: CallSettings, reg: Registration, contexts: list[TaskContext]) -> Any:

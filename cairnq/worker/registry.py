@@ -57,6 +57,9 @@ class Registration:
     # Every resource one call of this name holds while it runs (made once:
     # the worker reads it for every call it starts).
     resources: tuple[str, ...] = field(init=False)
+    # Whether its calls may start quick (``quick.py``): an async handler of
+    # one task that holds no resource. (The worker's settings decide too.)
+    quick: bool = field(init=False)
 
     def __post_init__(self) -> None:
         held = []
@@ -65,6 +68,7 @@ class Registration:
         if self.concurrency is not None:
             held.append(_NAME_CAP_PREFIX + self.name)
         object.__setattr__(self, "resources", tuple(held))
+        object.__setattr__(self, "quick", self.is_async and self.batch is None and not held)
 
     @property
     def chunk(self) -> int:

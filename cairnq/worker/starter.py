@@ -22,6 +22,11 @@ waits behind it): if it returns at once, the handler's calls share again.
 
 On Python 3.12+ (``eager``) the tasks start at once, as the worker's tasks
 did there already.
+
+A call is either a coroutine (``execution.run_call``) or a quick call
+(``quick.py``), whose first step in a shared task goes through its
+``first_step``: a handler that returns costs no StopIteration raised and
+caught on the way out.
 """
 
 from __future__ import annotations
@@ -33,12 +38,15 @@ from contextvars import copy_context
 from functools import partial
 from typing import Any, Callable, Coroutine, Hashable, Optional, Protocol
 
+from cairnq.worker.quick import RETURNED, QuickCall, exception_thrown
+
 __all__ = ["OWN_TASK_CALLS", "CallStarter", "StartedCall", "StartedHold"]
 
 OWN_TASK_CALLS = 256
 _PROBING = -1  # (in _own_task_left) one call of the handler tries a shared task
 
 _current_task = asyncio.current_task
+_CANCELLED = object()  # (in _first_steps) a call ended by its own cancellation
 
 _NEW_TASK: Callable[..., "asyncio.Task[None]"] = asyncio.Task
 if sys.version_info >= (3, 12):
@@ -194,7 +202,7 @@ class _SharedStep:
 
     def throw(self, exc: Any, *rest: Any) -> Any:
         if rest or isinstance(exc, type):  # the old three-argument form
-            exc = _exception(exc, *rest)
+            exc = exception_thrown(exc, *rest)
         current = self._current
         if current is None:  # cancelled before its first step
             self._close_unstarted()
@@ -244,18 +252,23 @@ class _SharedStep:
             hold.task = task
             context = copy_context()
             try:
-                step = context.run(work.send, None)
+                if type(work) is QuickCall:
+                    step = context.run(work.first_step)
+                else:
+                    step = context.run(work.send, None)
             except StopIteration:
-                if starter._own_task_left:
-                    starter._shared_once_more(key)
+                step = RETURNED
             except asyncio.CancelledError:
-                pass  # the call's own (its hold was released on the way out)
+                step = _CANCELLED  # the call's own (its hold was released on the way out)
             except BaseException:
                 # KeyboardInterrupt, SystemExit: out through the task, as from
                 # a task of its own; the calls after it still start.
                 starter.start(calls[i:])
                 raise
-            else:
+            if step is RETURNED:
+                if starter._own_task_left:
+                    starter._shared_once_more(key)
+            elif step is not _CANCELLED:
                 self._current, self._context = work, context
                 starter._suspended(key, calls, i)
                 return step
@@ -266,11 +279,6 @@ class _SharedStep:
                 starter.start(calls[i:])
                 raise StopIteration
         raise StopIteration
-
-
-def _exception(typ: Any, val: Any = None, tb: Any = None) -> BaseException:
-    exc = typ() if val is None else (val if isinstance(val, BaseException) else typ(val))
-    return exc.with_traceback(tb) if tb is not None else exc
 
 
 # asyncio takes any collections.abc.Coroutine as a task's coroutine.

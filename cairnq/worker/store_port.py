@@ -9,7 +9,7 @@ user wrapped or replaced it); see ``cairnq.store.ports``.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Optional, Sequence
+from typing import Any, Awaitable, Callable, Optional, Sequence
 
 from cairnq.store.base import TaskStore
 from cairnq.store.ports import StoreWorkerPort
@@ -41,6 +41,14 @@ class StorePort(StoreWorkerPort):
             self._completions.complete_later(task_id, result, told)
             return True
         return False
+
+    def completer(self) -> Optional[Callable[[str, Any, Outcome], None]]:
+        """``complete_later`` without asking each time whether the store's
+        ``complete`` is cairnq's own: asked once here, for the quick calls of
+        one claim (``quick.py``). None when it is not."""
+        if self.own("complete"):
+            return self._completions.complete_later
+        return None
 
     def complete_all_later(
         self, entries: Sequence[tuple[str, Any, Outcome]]

@@ -19,6 +19,7 @@ import logging
 import time
 from collections import Counter
 from datetime import timedelta
+from functools import partial
 from operator import attrgetter
 from typing import (
     TYPE_CHECKING, Any, AsyncContextManager, Awaitable, Callable, NamedTuple, Optional, Sequence,
@@ -29,7 +30,7 @@ from cairnq._backoff import DEFAULT_RETRY_BACKOFF_MAX_MS, DEFAULT_RETRY_BACKOFF_
 from cairnq._ids import new_id
 from cairnq.backpressure import DEFAULT_MAX_WAIT_MS, QueueDepthLimit
 from cairnq import events
-from cairnq.context import TaskContext, new_contexts, report_claimed
+from cairnq.context import RUN_TIMED, TaskContext, left_to_write, new_contexts, report_claimed
 from cairnq.models import Task, TaskDef
 from cairnq.store.base import TaskStore
 from cairnq.store.factory import postgres_store, sqlite_store
@@ -44,9 +45,13 @@ from cairnq.store.validation import (
 )
 from cairnq.worker import lifecycle
 from cairnq.worker.claims import Call, ClaimPlanner
-from cairnq.worker.execution import CallSettings, no_handler, run_call
+from cairnq.errors import SerializationError
+from cairnq.observability import tracing
+from cairnq.worker.completions import Outcome
+from cairnq.worker.execution import CallSettings, no_handler, run_call, tell_completed
+from cairnq.worker.quick import QuickCall
 from cairnq.worker.heartbeat import Heartbeats
-from cairnq.worker.registry import Handler, Registry
+from cairnq.worker.registry import Handler, Registration, Registry
 from cairnq.worker.signals import Signal, first_of, unless
 from cairnq.worker.starter import CallStarter, StartedCall
 from cairnq.worker.store_port import StorePort
@@ -67,6 +72,7 @@ _CLAIM = events.channel("claim")
 _clock = time.perf_counter
 _new_tuple = tuple.__new__
 _task_id = attrgetter("id")
+_TRACING = tracing.STATE
 
 
 def _check_arguments(
@@ -202,7 +208,7 @@ class Worker:
         # Every call's hold until its tasks are settled, which may be after its
         # asyncio task ended (see execution.run_call); in the order started, a
         # set (the values are unused).
-        self._calls: dict[_Hold, None] = {}
+        self._calls: dict[Union[_Hold, _QuickHold], None] = {}
         self._no_calls: asyncio.Event | None = None
         self._running = 0  # calls whose handler has not returned: the concurrency count
         self._call_done: Signal | None = None
@@ -631,34 +637,73 @@ class Worker:
         measure = self._max_in_flight_bytes is not None
         in_flight = self._calls
         starts: list[StartedCall] = []
-        leased_tasks: list[Task] = []  # (held by the heartbeats as one lot)
-        leased_contexts: list[TaskContext] = []
+        claimed = [task for _, tasks in calls for task in tasks]
+        contexts = new_contexts(store, claimed, worker_id, lease_ms, backoff_ms, backoff_max_ms)
+        if _CLAIMED.on:
+            report_claimed(contexts)
+        unhandled = False  # some name has no handler now: its tasks are failed, not leased
+        quick_completer = self._quick_completer()
+        quick: Optional[_QuickHold] = None
+        at = 0  # where the call's contexts begin
         for reg, tasks in calls:
-            contexts = new_contexts(store, tasks, worker_id, lease_ms, backoff_ms, backoff_max_ms)
-            if _CLAIMED.on:
-                report_claimed(contexts)
+            self._running += 1
+            if quick_completer is not None and reg is not None and reg.quick:
+                if quick is None:
+                    quick = _QuickHold(self, quick_completer)
+                    in_flight[quick] = None
+                starts.append((quick, quick.add(reg, tasks[0], contexts[at]), reg.name))
+                at += 1
+                continue
+            mine = contexts[at : at + len(tasks)]
+            at += len(tasks)
             held = reg.resources if reg is not None else ()
             for resource in held:
                 in_use[resource] += 1
             size = self._payload_bytes(tasks) if measure else 0
             self._in_flight_bytes += size
-            self._running += 1
-            hold = _Hold(self, tasks, contexts, held, size)
+            hold = _Hold(self, tasks, mine, held, size)
             in_flight[hold] = None
             if reg is not None:
-                leased_tasks += tasks
-                leased_contexts += contexts
-                starts.append((hold, run_call(settings, reg, contexts, hold), reg.name))
+                starts.append((hold, run_call(settings, reg, mine, hold), reg.name))
             else:
-                starts.append((hold, no_handler(settings, contexts, hold), None))
-        if leased_tasks:
-            heartbeats.hold(leased_contexts, map(_task_id, leased_tasks))
+                unhandled = True
+                starts.append((hold, no_handler(settings, mine, hold), None))
+        if not unhandled:
+            heartbeats.hold(contexts, map(_task_id, claimed))  # (as one lot)
+        else:
+            self._hold_handled(calls, contexts)
         self._starter.start(starts)
+
+    def _hold_handled(self, calls: list[Call], contexts: list[TaskContext]) -> None:
+        """Lease the tasks of ``calls`` that have a handler (``contexts``:
+        every task's, in order)."""
+        assert self._heartbeats is not None
+        leased: list[TaskContext] = []
+        ids: list[str] = []
+        at = 0
+        for reg, tasks in calls:
+            if reg is not None:
+                leased += contexts[at : at + len(tasks)]
+                ids += map(_task_id, tasks)
+            at += len(tasks)
+        if leased:
+            self._heartbeats.hold(leased, ids)
+
+    def _quick_completer(self) -> Optional[Callable[[str, Any, Outcome], None]]:
+        """How this claim's quick calls (``quick.py``) queue their
+        completions; None where its calls cannot start quick: a max_run_ms or
+        a byte budget, tracing or a timed event on, or a store whose
+        ``complete`` is not cairnq's own."""
+        if self._max_run_ms is not None or self._max_in_flight_bytes is not None:
+            return None
+        if _TRACING.on or RUN_TIMED.on:
+            return None
+        return self._port.completer()
 
     def _release(self, hold: "_Hold") -> None:
         """A call's tasks are all settled (or it was cancelled): give back
         what it held."""
-        self._calls.pop(hold, None)
+        self._forget(hold)
         held, size = hold.held, hold.size
         for resource in held:
             self._in_use[resource] -= 1
@@ -669,6 +714,10 @@ class Worker:
                 heartbeats.release(ctx, task.id)
         if (held or size) and self._call_done is not None:
             self._call_done.set()  # its resource units or payload bytes are free again
+
+    def _forget(self, hold: Union["_Hold", "_QuickHold"]) -> None:
+        """``hold`` is over: no longer among the calls in flight."""
+        self._calls.pop(hold, None)
         if not self._calls and self._no_calls is not None:
             self._no_calls.set()
 
@@ -765,3 +814,92 @@ class _Hold:
             self._settled = True
             self.handler_done()  # a call that ended before its handler did
             self._worker._release(self)
+
+
+class _QuickHold:
+    """The hold the quick calls of one claim share (``quick.QuickGroup``):
+    one entry among the worker's calls in flight for all of them, given up
+    once each of them is settled or promoted (to a ``_Hold`` of its own)."""
+
+    __slots__ = ("_worker", "settings", "_complete_later", "task", "_running", "_left")
+
+    def __init__(self, worker: Worker, complete_later: Callable[[str, Any, Outcome], None]) -> None:
+        self._worker = worker
+        self.settings = worker._call_settings
+        self._complete_later = complete_later
+        self.task: Optional[asyncio.Task[None]] = None  # (StartedHold's: set by the starter)
+        self._running = 0  # calls whose handler has not returned
+        self._left = 0  # calls not settled
+
+    def add(self, reg: Registration, task: Task, ctx: TaskContext) -> QuickCall:
+        """A call of this claim that starts quick (counted by the caller in
+        the worker's running calls)."""
+        self._running += 1
+        self._left += 1
+        return QuickCall.of(self, reg, task, ctx)
+
+    @property
+    def is_running(self) -> bool:
+        """Some of its handlers have not returned."""
+        return self._running > 0
+
+    def handler_done(self) -> None:
+        """(What ``_calls_settled`` asks of a hold whose task was cancelled
+        first: its calls answer for themselves, in ``dropped``.)"""
+
+    def settled(self) -> None:
+        """(As ``handler_done``.)"""
+
+    def returned(self, call: QuickCall, value: Any) -> bool:
+        if left_to_write(call.ctx):
+            try:
+                self._complete_later(call.task.id, value, partial(self._told, call))
+            except SerializationError:
+                return False
+            self._handler_done()
+        else:
+            self._handler_done()
+            self._settle(call)
+        return True
+
+    def promoted(self, call: QuickCall) -> "_Hold":
+        self._running -= 1  # (the worker's count goes on, in the new hold's)
+        if not self._running:
+            self.task = None
+        worker = self._worker
+        hold = _Hold(worker, [call.task], [call.ctx], (), 0)
+        hold.task = asyncio.current_task()
+        worker._calls[hold] = None
+        self._left -= 1
+        if not self._left:
+            worker._forget(self)
+        return hold
+
+    def dropped(self, call: QuickCall) -> None:
+        self._handler_done()
+        self._settle(call)
+
+    def _handler_done(self) -> None:
+        self._running -= 1
+        if not self._running:
+            self.task = None  # (let the task go as soon as it ends: ``_Hold.handler_done``)
+        worker = self._worker
+        worker._running -= 1
+        if worker._call_done is not None:
+            worker._call_done.set()
+
+    def _told(self, call: QuickCall, status: Optional[str], exc: Optional[BaseException]) -> None:
+        """Its completion was written (or refused)."""
+        try:
+            tell_completed(self.settings, call.ctx, status, exc)
+        finally:
+            self._settle(call)
+
+    def _settle(self, call: QuickCall) -> None:
+        """Nothing is left to write for ``call``: its lease goes."""
+        worker = self._worker
+        if worker._heartbeats is not None:
+            worker._heartbeats.release(call.ctx, call.task.id)
+        self._left -= 1
+        if not self._left:
+            worker._forget(self)
