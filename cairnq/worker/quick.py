@@ -6,7 +6,9 @@ than the handler: a coroutine and its frame, a hold with its accounting, a
 callback per completion. A *quick call* is what the starter runs instead
 when the handler is a coroutine function taking one task and holding no
 resource, with no ``max_run_ms``, no byte budget, no tracing and no timed
-event (``Worker._quick_completer`` decides per claim). Its first step calls
+event (``Worker._quick_completer`` decides per claim), and while the
+handler is not known to suspend (``CallStarter.suspends``: then its calls
+would only be promoted, each at a cost). Its first step calls
 the handler; if the handler returns, the call queues the completion itself
 and is done. The quick calls of a claim share one hold (``QuickGroup``).
 

@@ -95,6 +95,11 @@ class CallStarter:
         """Whether tasks start at once (their first step within ``start``)."""
         return self._new_task is not asyncio.Task and self._loop.get_task_factory() is None
 
+    def suspends(self, key: Hashable) -> bool:
+        """Whether calls of the handler ``key`` start with a task of their
+        own now: it suspended in a shared task not long ago."""
+        return key in self._own_task_left
+
     def start(self, calls: list[StartedCall]) -> None:
         """Start ``calls`` (hold, coroutine, handler key), in order."""
         own_left = self._own_task_left

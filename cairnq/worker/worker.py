@@ -643,11 +643,17 @@ class Worker:
             report_claimed(contexts)
         unhandled = False  # some name has no handler now: its tasks are failed, not leased
         quick_completer = self._quick_completer()
+        starter = self._starter
         quick: Optional[_QuickHold] = None
         at = 0  # where the call's contexts begin
         for reg, tasks in calls:
             self._running += 1
-            if quick_completer is not None and reg is not None and reg.quick:
+            if (
+                quick_completer is not None
+                and reg is not None
+                and reg.quick
+                and not starter.suspends(reg.name)
+            ):
                 if quick is None:
                     quick = _QuickHold(self, quick_completer)
                     in_flight[quick] = None
@@ -672,7 +678,7 @@ class Worker:
             heartbeats.hold(contexts, map(_task_id, claimed))  # (as one lot)
         else:
             self._hold_handled(calls, contexts)
-        self._starter.start(starts)
+        starter.start(starts)
 
     def _hold_handled(self, calls: list[Call], contexts: list[TaskContext]) -> None:
         """Lease the tasks of ``calls`` that have a handler (``contexts``:
