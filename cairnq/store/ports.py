@@ -86,6 +86,12 @@ class WorkerPort(WatchPort, Protocol):
     def wake_pushed(self) -> bool:
         """News of work is pushed to ``wake`` and kept until it waits."""
 
+    @property
+    def writes_ride_claims(self) -> bool:
+        """Deferred writes wait to ride with the next claim's transaction
+        while the claim loop is not resting (SQLite); elsewhere they go at
+        once."""
+
     def resting(self) -> ContextManager[bool]:
         """The claim loop is about to sleep: until it leaves this block no
         claim is coming, so deferred writes that would wait to ride with the
@@ -212,6 +218,10 @@ class StoreWorkerPort(StoreWatchPort):
         (a wrapped or replaced claim_wake is called as 0.15.1 called it)."""
         found = getattr(self.store, name, None)
         return found if found is not None and is_own(self.store, "claim_wake") else None
+
+    @property
+    def writes_ride_claims(self) -> bool:
+        return getattr(self.store, "_claims_resting", None) is not None
 
     def resting(self) -> ContextManager[bool]:
         rest = getattr(self.store, "_claims_resting", None)

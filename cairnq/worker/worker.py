@@ -827,12 +827,17 @@ class _QuickHold:
     one entry among the worker's calls in flight for all of them, given up
     once each of them is settled or promoted (to a ``_Hold`` of its own)."""
 
-    __slots__ = ("_worker", "settings", "_complete_later", "task", "_running", "_left")
+    __slots__ = ("_worker", "settings", "_complete_later", "_queue_first", "task", "_running", "_left")
 
     def __init__(self, worker: Worker, complete_later: Callable[[str, Any, Outcome], None]) -> None:
         self._worker = worker
         self.settings = worker._call_settings
         self._complete_later = complete_later
+        # Which goes first when a handler returns: where deferred writes ride
+        # with the next claim (SQLite), the completion, so the claim the freed
+        # slot wakes carries it; elsewhere the slot, so the claim goes out
+        # ahead of the write (as run_call frees it).
+        self._queue_first = worker._port.writes_ride_claims
         self.task: Optional[asyncio.Task[None]] = None  # (StartedHold's: set by the starter)
         self._running = 0  # calls whose handler has not returned
         self._left = 0  # calls not settled
@@ -857,15 +862,22 @@ class _QuickHold:
         """(As ``handler_done``.)"""
 
     def returned(self, call: QuickCall, value: Any) -> bool:
-        if left_to_write(call.ctx):
-            try:
-                self._complete_later(call.task.id, value, partial(self._told, call))
-            except SerializationError:
-                return False
-            self._handler_done()
-        else:
+        if not left_to_write(call.ctx):
             self._handler_done()
             self._settle(call)
+            return True
+        queue_first = self._queue_first
+        if not queue_first:
+            self._handler_done()
+        try:
+            self._complete_later(call.task.id, value, partial(self._told, call))
+        except SerializationError:
+            if not queue_first:  # promoted, it counts again until its hold's handler_done
+                self._running += 1
+                self._worker._running += 1
+            return False
+        if queue_first:
+            self._handler_done()
         return True
 
     def promoted(self, call: QuickCall) -> "_Hold":
