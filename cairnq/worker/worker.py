@@ -31,7 +31,9 @@ from cairnq._ids import new_id
 from cairnq.backpressure import DEFAULT_MAX_WAIT_MS, QueueDepthLimit
 from cairnq import events
 from cairnq.context import RUN_TIMED, TaskContext, left_to_write, new_contexts, report_claimed
+from cairnq.errors import SerializationError
 from cairnq.models import Task, TaskDef
+from cairnq.observability import tracing
 from cairnq.store.base import TaskStore
 from cairnq.store.factory import postgres_store, sqlite_store
 from cairnq.store.validation import (
@@ -45,12 +47,10 @@ from cairnq.store.validation import (
 )
 from cairnq.worker import lifecycle
 from cairnq.worker.claims import Call, ClaimPlanner
-from cairnq.errors import SerializationError
-from cairnq.observability import tracing
 from cairnq.worker.completions import Outcome
 from cairnq.worker.execution import CallSettings, no_handler, run_call, tell_completed
-from cairnq.worker.quick import QuickCall
 from cairnq.worker.heartbeat import Heartbeats
+from cairnq.worker.quick import QuickCall
 from cairnq.worker.registry import Handler, Registration, Registry
 from cairnq.worker.signals import Signal, first_of, unless
 from cairnq.worker.starter import CallStarter, StartedCall
