@@ -27,10 +27,11 @@ from typing import Any, Coroutine, Generator, Optional, Protocol
 
 from cairnq.context import TaskContext
 from cairnq.models import Task
+from cairnq.worker.class_coroutine import ClassCoroutine, exception_thrown
 from cairnq.worker.execution import CallHold, CallSettings, run_call
 from cairnq.worker.registry import Registration
 
-__all__ = ["QuickCall", "QuickGroup", "RETURNED", "exception_thrown"]
+__all__ = ["QuickCall", "QuickGroup", "RETURNED"]
 
 _new = object.__new__
 
@@ -56,7 +57,7 @@ class QuickGroup(Protocol):
         """The call never started: its task was cancelled first."""
 
 
-class QuickCall:
+class QuickCall(ClassCoroutine):
     """One quick call, as the coroutine its asyncio task runs: the first
     step is the handler's; after a promotion every step is ``run_call``'s."""
 
@@ -133,18 +134,6 @@ class QuickCall:
     def __name__(self) -> str:  # (how asyncio names a task's coroutine in its repr)
         return f"cairnq call of {self.reg.name!r}"
 
-    def __await__(self) -> "QuickCall":
-        return self
-
-    def __iter__(self) -> "QuickCall":
-        return self
-
-    def __next__(self) -> Any:
-        return self.send(None)
-
-
-# asyncio takes any collections.abc.Coroutine as a task's coroutine.
-collections.abc.Coroutine.register(QuickCall)
 
 
 async def _finished() -> None:
@@ -189,11 +178,3 @@ def _resumed(handler: Coroutine[Any, Any, Any], step: Any) -> Generator[Any, Any
                 step = handler.send(value)
             except StopIteration as stop:
                 return stop.value
-
-
-
-def exception_thrown(typ: Any, val: Any = None, tb: Any = None) -> BaseException:
-    """The exception a coroutine's ``throw`` was given in the old
-    three-argument form (type, value, traceback)."""
-    exc = typ() if val is None else (val if isinstance(val, BaseException) else typ(val))
-    return exc.with_traceback(tb) if tb is not None else exc

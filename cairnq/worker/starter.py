@@ -32,13 +32,13 @@ caught on the way out.
 from __future__ import annotations
 
 import asyncio
-import collections.abc
 import sys
 from contextvars import copy_context
 from functools import partial
 from typing import Any, Callable, Coroutine, Hashable, Optional, Protocol
 
-from cairnq.worker.quick import RETURNED, QuickCall, exception_thrown
+from cairnq.worker.class_coroutine import ClassCoroutine, exception_thrown
+from cairnq.worker.quick import RETURNED, QuickCall
 
 __all__ = ["OWN_TASK_CALLS", "CallStarter", "StartedCall", "StartedHold"]
 
@@ -177,7 +177,7 @@ class CallStarter:
             self.start(rest)
 
 
-class _SharedStep:
+class _SharedStep(ClassCoroutine):
     """The coroutine of a shared task: first steps of its calls, one after
     the other, then (if one suspends) that call's further steps.
 
@@ -228,15 +228,6 @@ class _SharedStep:
             return f"cairnq call of {self._calls[self._next - 1][2]!r}"
         return "cairnq calls"
 
-    def __await__(self) -> "_SharedStep":
-        return self
-
-    def __iter__(self) -> "_SharedStep":
-        return self
-
-    def __next__(self) -> Any:
-        return self.send(None)
-
     def _close_unstarted(self) -> None:
         calls, first = self._calls, self._next
         self._next = len(calls)
@@ -284,7 +275,3 @@ class _SharedStep:
                 starter.start(calls[i:])
                 raise StopIteration
         raise StopIteration
-
-
-# asyncio takes any collections.abc.Coroutine as a task's coroutine.
-collections.abc.Coroutine.register(_SharedStep)
