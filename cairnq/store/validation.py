@@ -230,7 +230,8 @@ PLAIN_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 def check_schema_name(schema: str) -> None:
     """A schema name must be a plain identifier (it is double-quoted, never
     escaped), fit PostgreSQL's identifier length, and not be a system schema."""
-    if not isinstance(schema, str) or not PLAIN_IDENT.match(schema):
+    # (fullmatch: ``$`` alone also matches before a final line break)
+    if not isinstance(schema, str) or not PLAIN_IDENT.fullmatch(schema):
         raise ValueError(
             "schema must be a plain identifier (letters, digits, _ and $, not starting "
             f"with a digit), got {schema!r}"

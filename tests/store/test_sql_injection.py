@@ -436,3 +436,37 @@ async def test_ordinary_names_are_claimed_by_every_claim(backend: Any, queue: st
         task = await store.submit(name=name, queue=queue)
         claimed = await store.claim(queues=queues, names=names, worker_id="w", limit=5)
         assert [t.id for t in claimed] == [task.id], (queues, names)
+
+
+# A PostgreSQL schema name is the one identifier the store writes into its
+# statements (double-quoted, never escaped: ``create schema if not exists
+# "<name>"``, the search_path), so it must be refused unless it is plain.
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$")
+
+
+@settings(max_examples=EXAMPLES * 5, deadline=None)
+@given(st.lists(_piece | st.sampled_from(["a", "Z", "_", "$", "9", "\n", '"']), max_size=6).map("".join))
+def test_a_schema_name_is_refused_unless_it_is_a_plain_identifier(text: str) -> None:
+    from cairnq.store.validation import MAX_SCHEMA_BYTES, check_schema_name
+
+    plain = (
+        0 < len(text) <= MAX_SCHEMA_BYTES
+        and set(text) <= _PLAIN
+        and not text[0].isdigit()
+        and text[0] != "$"
+        and not text.lower().startswith("pg_")
+        and text.lower() != "information_schema"
+    )
+    if plain:
+        check_schema_name(text)
+    else:
+        with pytest.raises(ValueError):
+            check_schema_name(text)
+
+
+@pytest.mark.parametrize("name", ["abc\n", "cairnq\n", "a\r\n"])
+def test_a_schema_name_with_a_line_break_at_its_end_is_refused(name: str) -> None:
+    from cairnq.store.validation import check_schema_name
+
+    with pytest.raises(ValueError):
+        check_schema_name(name)
