@@ -5,6 +5,7 @@ The pieces, each in its own module:
     registry.py    handlers, call conventions, claim sources
     claims.py      one poll's plan: quotas per source, rows -> calls
     starter.py     a claim's calls into asyncio tasks (shared until one suspends)
+    book.py        the calls in flight: what each holds and gives back
     heartbeat.py   one heartbeat loop for every lease held
     execution.py   running a call and settling what it leaves
     lifecycle.py   serve() and background(): signals, shutdown, ownership
@@ -17,9 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from datetime import timedelta
-from functools import partial
 from operator import attrgetter
 from typing import (
     TYPE_CHECKING, Any, AsyncContextManager, Awaitable, Callable, NamedTuple, Optional, Sequence,
@@ -30,9 +29,8 @@ from cairnq._backoff import DEFAULT_RETRY_BACKOFF_MAX_MS, DEFAULT_RETRY_BACKOFF_
 from cairnq._ids import new_id
 from cairnq.backpressure import DEFAULT_MAX_WAIT_MS, QueueDepthLimit
 from cairnq import events
-from cairnq.context import RUN_TIMED, TaskContext, left_to_write, new_contexts, report_claimed
-from cairnq.errors import SerializationError
-from cairnq.models import Task, TaskDef
+from cairnq.context import RUN_TIMED, TaskContext, new_contexts, report_claimed
+from cairnq.models import TaskDef
 from cairnq.observability import tracing
 from cairnq.store.base import TaskStore
 from cairnq.store.factory import postgres_store, sqlite_store
@@ -46,12 +44,12 @@ from cairnq.store.validation import (
     check_worker_store,
 )
 from cairnq.worker import lifecycle
+from cairnq.worker.book import CallBook, Hold, QuickHold
 from cairnq.worker.claims import Call, ClaimPlanner
 from cairnq.worker.completions import Outcome
-from cairnq.worker.execution import CallSettings, no_handler, run_call, tell_completed
+from cairnq.worker.execution import CallSettings, no_handler, run_call
 from cairnq.worker.heartbeat import Heartbeats
-from cairnq.worker.quick import QuickCall
-from cairnq.worker.registry import Handler, Registration, Registry
+from cairnq.worker.registry import Handler, Registry
 from cairnq.worker.signals import Signal, first_of, unless
 from cairnq.worker.starter import CallStarter, StartedCall
 from cairnq.worker.store_port import StorePort
@@ -205,18 +203,11 @@ class Worker:
         """What a run keeps as it goes (each run() sets up its own events)."""
         self._stopping = False
         self._stop_event: Signal | None = None
-        # Every call's hold until its tasks are settled, which may be after its
-        # asyncio task ended (see execution.run_call); in the order started, a
-        # set (the values are unused).
-        self._calls: dict[Union[_Hold, _QuickHold], None] = {}
-        self._no_calls: asyncio.Event | None = None
-        self._running = 0  # calls whose handler has not returned: the concurrency count
-        self._call_done: Signal | None = None
+        self._book = CallBook()  # the calls in flight and what they hold
+        self._call_done: Signal | None = None  # (the book's, for this run)
         self._starter: CallStarter  # each run() makes its own, on its loop
-        self._in_use: Counter[str] = Counter()
-        self._in_flight_bytes = 0
         self._avg_payload_bytes: float | None = None
-        self._heartbeats: Heartbeats | None = None
+        self._heartbeats: Heartbeats | None = None  # (the book's, for this run)
         self._limit = 0  # the running call limit, for load()
         self._claim_began: Optional[float] = None  # monotonic start of the claim under way
         self._beside: list[Callable[["Worker"], Awaitable[None]]] = []
@@ -280,9 +271,9 @@ class Worker:
             running=self._stop_event is not None and limit > 0,
             poll_interval_ms=self._poll_interval_ms,
             concurrency=limit,
-            calls_in_flight=self._running,
-            free_slots=max(0, limit - self._running),
-            payload_bytes_in_flight=self._in_flight_bytes,
+            calls_in_flight=self._book.running,
+            free_slots=max(0, limit - self._book.running),
+            payload_bytes_in_flight=self._book.in_flight_bytes,
             claim_busy_s=0.0 if began is None else max(0.0, time.monotonic() - began),
         )
 
@@ -443,9 +434,9 @@ class Worker:
         self._stop_event = Signal()
         if self._stopping:
             self._stop_event.set()
-        self._call_done = Signal()
+        self._call_done = self._book.call_done = Signal()
         self._starter = CallStarter(asyncio.get_running_loop())
-        self._heartbeats = Heartbeats(self._port, self._heartbeat_interval_ms, self._report)
+        self._heartbeats = self._book.heartbeats = Heartbeats(self._port, self._heartbeat_interval_ms, self._report)
         unsubscribe = self._port.subscribe_survived(lambda exc: self._report(exc, {"phase": "store"}))
         try:
             await self._store.connect()
@@ -466,7 +457,7 @@ class Worker:
             if self._scheduler is not None:
                 await self._scheduler.stop()
             unsubscribe()
-            await self._calls_settled()
+            await self._book.settled()
             await self._heartbeats.stop()
             self._stopping = False  # the worker can run again
 
@@ -498,8 +489,9 @@ class Worker:
         assert stop is not None and self._call_done is not None
         news_of_work = False  # the store just told of new work: claim without probing
         probed_at = float("-inf")  # ... unless a probe (it also finds expired leases) is due
+        book = self._book
         while not self._stopping:
-            free = limit - self._running
+            free = limit - book.running
             if free > 0 and self._max_in_flight_bytes is not None:
                 free = min(free, self._calls_within_byte_budget())
             if free <= 0:
@@ -514,7 +506,7 @@ class Worker:
             began = _clock() if _CLAIM.on else None
             self._claim_began = time.monotonic()
             try:
-                plan = self._planner.plan(free, self._in_use.__getitem__)
+                plan = self._planner.plan(free, book.in_use.__getitem__)
                 calls, probed = await self._port.claim(
                     self._queues, self._registry.names, plan,
                     probe=probe, single_draw=len(self._registry.claim_sources) == 1,
@@ -533,7 +525,7 @@ class Worker:
                 probed_at = time.monotonic()
             self._port.claimed(bool(calls) and self._planner.drew_full)
             if calls:
-                if self._calls:
+                if book.calls:
                     # Earlier calls' settlements may have ridden in this claim's
                     # transaction and been committed with it (SQLite), a retried
                     # task claimed again by it: those calls report their outcome
@@ -620,7 +612,7 @@ class Worker:
         payload, not by a whole claim's worth.
         """
         assert self._max_in_flight_bytes is not None
-        room = self._max_in_flight_bytes - self._in_flight_bytes
+        room = self._max_in_flight_bytes - self._book.in_flight_bytes
         if room <= 0:
             return 0
         if self._avg_payload_bytes is None:
@@ -632,10 +624,10 @@ class Worker:
         an asyncio task until one suspends)."""
         store, worker_id, lease_ms = self._store, self._worker_id, self._lease_ms
         backoff_ms, backoff_max_ms = self._retry_backoff_ms, self._retry_backoff_max_ms
-        settings, heartbeats, in_use = self._call_settings, self._heartbeats, self._in_use
+        settings, heartbeats, book = self._call_settings, self._heartbeats, self._book
         assert heartbeats is not None
         measure = self._max_in_flight_bytes is not None
-        in_flight = self._calls
+        in_flight, in_use = book.calls, book.in_use
         starts: list[StartedCall] = []
         claimed = [task for _, tasks in calls for task in tasks]
         contexts = new_contexts(store, claimed, worker_id, lease_ms, backoff_ms, backoff_max_ms)
@@ -644,10 +636,10 @@ class Worker:
         unhandled = False  # some name has no handler now: its tasks are failed, not leased
         quick_completer = self._quick_completer()
         starter = self._starter
-        quick: Optional[_QuickHold] = None
+        quick: Optional[QuickHold] = None
         at = 0  # where the call's contexts begin
         for reg, tasks in calls:
-            self._running += 1
+            book.running += 1
             if (
                 quick_completer is not None
                 and reg is not None
@@ -655,7 +647,7 @@ class Worker:
                 and not starter.suspends(reg.name)
             ):
                 if quick is None:
-                    quick = _QuickHold(self, quick_completer)
+                    quick = QuickHold(book, settings, quick_completer, self._port.writes_ride_claims)
                     in_flight[quick] = None
                 starts.append((quick, quick.add(reg, tasks[0], contexts[at]), reg.name))
                 at += 1
@@ -666,8 +658,8 @@ class Worker:
             for resource in held:
                 in_use[resource] += 1
             size = self._payload_bytes(tasks) if measure else 0
-            self._in_flight_bytes += size
-            hold = _Hold(self, tasks, mine, held, size)
+            book.in_flight_bytes += size
+            hold = Hold(book, tasks, mine, held, size)
             in_flight[hold] = None
             if reg is not None:
                 starts.append((hold, run_call(settings, reg, mine, hold), reg.name))
@@ -706,46 +698,6 @@ class Worker:
             return None
         return self._port.completer()
 
-    def _release(self, hold: "_Hold") -> None:
-        """A call's tasks are all settled (or it was cancelled): give back
-        what it held."""
-        self._forget(hold)
-        held, size = hold.held, hold.size
-        for resource in held:
-            self._in_use[resource] -= 1
-        self._in_flight_bytes -= size
-        heartbeats = self._heartbeats
-        if heartbeats is not None:
-            for task, ctx in zip(hold.tasks, hold.contexts):
-                heartbeats.release(ctx, task.id)
-        if (held or size) and self._call_done is not None:
-            self._call_done.set()  # its resource units or payload bytes are free again
-
-    def _forget(self, hold: Union["_Hold", "_QuickHold"]) -> None:
-        """``hold`` is over: no longer among the calls in flight."""
-        self._calls.pop(hold, None)
-        if not self._calls and self._no_calls is not None:
-            self._no_calls.set()
-
-    async def _calls_settled(self) -> None:
-        """Wait until every call is settled (their handlers returned and what
-        they left is written). A call cancelled before it ran is released here."""
-        while self._calls:
-            running = [
-                hold.task for hold in self._calls if hold.task is not None and not hold.task.done()
-            ]
-            if running:
-                await asyncio.gather(*running, return_exceptions=True)
-                continue
-            for hold in list(self._calls):
-                if hold.task is not None and hold.task.cancelled():
-                    hold.handler_done()
-                    hold.settled()
-            if self._calls:  # handed-off completions still on their way
-                self._no_calls = self._no_calls or asyncio.Event()
-                self._no_calls.clear()
-                await self._no_calls.wait()
-
     def _payload_bytes(self, tasks: Sequence[Any]) -> int:
         import orjson
 
@@ -768,156 +720,3 @@ class Worker:
         except Exception:
             log.debug("on_error hook raised", exc_info=True)
 
-
-class _Hold:
-    """One call's hold on its worker (``execution.CallHold``)."""
-
-    __slots__ = ("_worker", "tasks", "contexts", "held", "size", "task", "_running", "_settled")
-
-    def __init__(
-        self,
-        worker: Worker,
-        tasks: list[Task],
-        contexts: list[TaskContext],
-        held: Sequence[str],
-        size: int,
-    ) -> None:
-        self._worker = worker
-        self.tasks = tasks
-        self.contexts = contexts
-        self.held = held
-        self.size = size
-        self.task: Optional[asyncio.Task[None]] = None
-        self._running = True
-        self._settled = False
-
-    def handler_done(self) -> None:
-        """The handler is done: its concurrency slot is free (once)."""
-        if self._running:
-            self._running = False
-            # Its asyncio task ends within this step or writes what is left
-            # and settles the hold on its way out (``_calls_settled`` waits for
-            # that): let the task, its coroutine and its context go as soon as
-            # it ends, not one claim later with the settlement.
-            self.task = None
-            worker = self._worker
-            worker._running -= 1
-            if worker._call_done is not None:
-                worker._call_done.set()
-
-    @property
-    def is_running(self) -> bool:
-        """Its handler has not returned yet."""
-        return self._running
-
-    @property
-    def is_settled(self) -> bool:
-        return self._settled
-
-    def settled(self) -> None:
-        """Nothing is left to write for the call: release the rest (once)."""
-        if not self._settled:
-            self._settled = True
-            self.handler_done()  # a call that ended before its handler did
-            self._worker._release(self)
-
-
-class _QuickHold:
-    """The hold the quick calls of one claim share (``quick.QuickGroup``):
-    one entry among the worker's calls in flight for all of them, given up
-    once each of them is settled or promoted (to a ``_Hold`` of its own)."""
-
-    __slots__ = ("_worker", "settings", "_complete_later", "_queue_first", "task", "_running", "_left")
-
-    def __init__(self, worker: Worker, complete_later: Callable[[str, Any, Outcome], None]) -> None:
-        self._worker = worker
-        self.settings = worker._call_settings
-        self._complete_later = complete_later
-        # Which goes first when a handler returns: where deferred writes ride
-        # with the next claim (SQLite), the completion, so the claim the freed
-        # slot wakes carries it; elsewhere the slot, so the claim goes out
-        # ahead of the write (as run_call frees it).
-        self._queue_first = worker._port.writes_ride_claims
-        self.task: Optional[asyncio.Task[None]] = None  # (StartedHold's: set by the starter)
-        self._running = 0  # calls whose handler has not returned
-        self._left = 0  # calls not settled
-
-    def add(self, reg: Registration, task: Task, ctx: TaskContext) -> QuickCall:
-        """A call of this claim that starts quick (counted by the caller in
-        the worker's running calls)."""
-        self._running += 1
-        self._left += 1
-        return QuickCall.of(self, reg, task, ctx)
-
-    @property
-    def is_running(self) -> bool:
-        """Some of its handlers have not returned."""
-        return self._running > 0
-
-    def handler_done(self) -> None:
-        """(What ``_calls_settled`` asks of a hold whose task was cancelled
-        first: its calls answer for themselves, in ``dropped``.)"""
-
-    def settled(self) -> None:
-        """(As ``handler_done``.)"""
-
-    def returned(self, call: QuickCall, value: Any) -> bool:
-        if not left_to_write(call.ctx):
-            self._handler_done()
-            self._settle(call)
-            return True
-        queue_first = self._queue_first
-        if not queue_first:
-            self._handler_done()
-        try:
-            self._complete_later(call.task.id, value, partial(self._told, call))
-        except SerializationError:
-            if not queue_first:  # promoted, it counts again until its hold's handler_done
-                self._running += 1
-                self._worker._running += 1
-            return False
-        if queue_first:
-            self._handler_done()
-        return True
-
-    def promoted(self, call: QuickCall) -> "_Hold":
-        self._running -= 1  # (the worker's count goes on, in the new hold's)
-        if not self._running:
-            self.task = None
-        worker = self._worker
-        hold = _Hold(worker, [call.task], [call.ctx], (), 0)
-        hold.task = asyncio.current_task()
-        worker._calls[hold] = None
-        self._left -= 1
-        if not self._left:
-            worker._forget(self)
-        return hold
-
-    def dropped(self, call: QuickCall) -> None:
-        self._handler_done()
-        self._settle(call)
-
-    def _handler_done(self) -> None:
-        self._running -= 1
-        if not self._running:
-            self.task = None  # (let the task go as soon as it ends: ``_Hold.handler_done``)
-        worker = self._worker
-        worker._running -= 1
-        if worker._call_done is not None:
-            worker._call_done.set()
-
-    def _told(self, call: QuickCall, status: Optional[str], exc: Optional[BaseException]) -> None:
-        """Its completion was written (or refused)."""
-        try:
-            tell_completed(self.settings, call.ctx, status, exc)
-        finally:
-            self._settle(call)
-
-    def _settle(self, call: QuickCall) -> None:
-        """Nothing is left to write for ``call``: its lease goes."""
-        worker = self._worker
-        if worker._heartbeats is not None:
-            worker._heartbeats.release(call.ctx, call.task.id)
-        self._left -= 1
-        if not self._left:
-            worker._forget(self)

@@ -223,7 +223,7 @@ async def test_distinct_results_of_one_poll_settle_in_one_statement(backend) -> 
         return None
 
     async with w.background():
-        await eventually(lambda: w._running == 32)
+        await eventually(lambda: w.load().calls_in_flight == 32)
         release.set()
         done = [await finish(q, t.id) for t in tasks]
     assert [t.result for t in done[:16]] == [{"square": n * n} for n in range(16)]
