@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
 import time
+import warnings
 from types import SimpleNamespace
 from typing import Any
 
@@ -170,3 +172,63 @@ def test_twins_ulid_same_exceptions(ts: Any, rnd: Any) -> None:
     assert outcome(COMPILED["ids"].encode_ulid, ts, rnd) == outcome(
         PURE["ids"].encode_ulid, ts, rnd
     )
+
+
+def _random_part(ulid: str) -> str:
+    return ulid[10:]
+
+
+def test_new_ulid_random_parts_never_repeat_across_a_pool(impl: SimpleNamespace) -> None:
+    # The compiled kernel draws from a pool of os.urandom bytes, 256 ids a
+    # refill: many pools' worth, none of them sharing bytes.
+    parts = [_random_part(impl.ids.new_ulid(7)) for _ in range(256 * 40 + 3)]
+    assert len(set(parts)) == len(parts)
+
+
+def test_new_ulid_threads_never_share_random_bytes(impl: SimpleNamespace) -> None:
+    import threading
+
+    per_thread, threads = 4_000, 8
+    found: list[list[str]] = [[] for _ in range(threads)]
+    start = threading.Barrier(threads)
+
+    def draw(out: list[str]) -> None:
+        start.wait()
+        new_ulid = impl.ids.new_ulid
+        for _ in range(per_thread):
+            out.append(_random_part(new_ulid(1)))
+
+    workers = [threading.Thread(target=draw, args=(out,)) for out in found]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    everything = [part for out in found for part in out]
+    assert len(everything) == per_thread * threads
+    assert len(set(everything)) == len(everything)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
+def test_a_forked_child_never_draws_its_parents_next_random_bytes(impl: SimpleNamespace) -> None:
+    # The parent's pool is part used when it forks: were the child to keep
+    # it, both would hand out the same random parts next.
+    new_ulid = impl.ids.new_ulid
+    new_ulid()
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # (3.12: fork with threads about)
+        pid = os.fork()
+    if pid == 0:  # the child: its next ids, then out at once
+        try:
+            os.close(read_end)
+            os.write(write_end, "\n".join(_random_part(new_ulid()) for _ in range(300)).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    parent = {_random_part(new_ulid()) for _ in range(300)}
+    with os.fdopen(read_end, "rb") as pipe:
+        child = set(pipe.read().decode().split("\n"))
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(child) == 300
+    assert not parent & child
