@@ -2,7 +2,8 @@
 
 Each kernel has a pure-Python twin held to the same test vectors:
 
-    rows        database rows -> Task objects          rows_c.pyx      / rows.py
+    rows        database rows -> Task objects;          rows_c.pyx      / rows.py
+                an insert's row from its bound values
     jsoncodec   strict JSON encoding (orjson-backed)    jsoncodec_c.pyx / jsoncodec.py
     beats       batch heartbeat id marshalling          beats_c.pyx     / beats.py
     backoff     retry backoff with equal jitter         backoff_c.pyx   / backoff.py
@@ -29,6 +30,7 @@ __all__ = [
     "decode_task",
     "decode_tasks",
     "decode_mapping",
+    "echo_row",
     "dumps",
     "loads",
     "encode_ids",
@@ -72,6 +74,7 @@ IMPLEMENTATION = "python" if _forced_pure or compiled is None else "cython"
 decode_task = _rows_py.decode_task
 decode_tasks = _rows_py.decode_tasks
 decode_mapping = _rows_py.decode_mapping
+echo_row = _rows_py.echo_row
 dumps = _json_py.dumps
 loads = _json_py.loads
 encode_ids = _beats_py.encode_ids
@@ -83,6 +86,7 @@ if IMPLEMENTATION == "cython":
     decode_task = compiled["rows"].decode_task
     decode_tasks = compiled["rows"].decode_tasks
     decode_mapping = compiled["rows"].decode_mapping
+    echo_row = compiled["rows"].echo_row
     dumps = compiled["jsoncodec"].dumps
     loads = compiled["jsoncodec"].loads
     encode_ids = compiled["beats"].encode_ids

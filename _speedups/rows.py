@@ -95,3 +95,11 @@ def decode_mapping(row: Mapping[str, Any], json_is_text: bool = True) -> Task:
     if "progress" in fields:
         fields["progress"] = _real(fields["progress"])
     return Task(**fields)
+
+
+def echo_row(template: tuple[Any, ...], sources: tuple[Any, ...], bound: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The row an insert wrote, from its bound values: column i is
+    ``bound[sources[i]]`` where ``sources[i]`` names a parameter, else the
+    constant ``template[i]`` (``sources[i]`` None). KeyError for a missing
+    parameter. (See ``cairnq/store/sqlite/echo.py``.)"""
+    return tuple([template[i] if source is None else bound[source] for i, source in enumerate(sources)])

@@ -10,7 +10,8 @@ so it never resizes) and reading the row through the tuple C API.
 
 from cpython.dict cimport PyDict_SetItem
 from cpython.object cimport PyObject_SetAttr
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 
 cdef extern from "Python.h":
     # Exported by every CPython this builds for (3.9-3.13; Cython's own dict
@@ -134,3 +135,26 @@ def decode_mapping(row, bint json_is_text=True):
     if "progress" in fields:
         fields["progress"] = _real(fields["progress"])
     return _Task(**fields)
+
+
+def echo_row(tuple template, tuple sources, bound):
+    """The row an insert wrote, from its bound values: column i is
+    ``bound[sources[i]]`` where ``sources[i]`` names a parameter, else the
+    constant ``template[i]`` (``sources[i]`` None). KeyError for a missing
+    parameter. (See ``cairnq/store/sqlite/echo.py``.)"""
+    cdef Py_ssize_t n = PyTuple_GET_SIZE(sources)
+    cdef Py_ssize_t constants = PyTuple_GET_SIZE(template)
+    cdef Py_ssize_t i
+    cdef object source, value
+    cdef tuple out = PyTuple_New(n)
+    for i in range(n):
+        source = <object>PyTuple_GET_ITEM(sources, i)
+        if source is None:
+            if i >= constants:
+                raise IndexError("tuple index out of range")  # as the twin's template[i] would
+            value = <object>PyTuple_GET_ITEM(template, i)
+        else:
+            value = bound[source]
+        Py_INCREF(value)  # (SET_ITEM takes a reference it was given)
+        PyTuple_SET_ITEM(out, i, value)
+    return out

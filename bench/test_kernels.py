@@ -74,3 +74,17 @@ def test_retry_delay(benchmark, impl: str) -> None:
 def test_new_ulid(benchmark, impl: str) -> None:
     new = kernels(impl)["ids"].new_ulid
     assert len(benchmark(new)) == 26
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_echo_insert_row(benchmark, impl: str) -> None:
+    # The SQLite insert's echo: its annotation's constants and parameters.
+    from cairnq._sql import load_statements
+
+    stmt = load_statements("sqlite")["insert_task"]
+    by_column = {c.column: c for c in stmt.echo_row}
+    template = tuple(by_column[column].value for column in TASK_COLUMNS)
+    sources = tuple(by_column[column].param for column in TASK_COLUMNS)
+    bound = {source: i for i, source in enumerate(sources) if source is not None}
+    echo = kernels(impl)["rows"].echo_row
+    assert len(benchmark(echo, template, sources, bound)) == len(TASK_COLUMNS)

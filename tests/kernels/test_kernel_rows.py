@@ -377,3 +377,65 @@ def test_twins_rows_agree(json_is_text: bool) -> None:
 def test_twins_rows_same_exceptions(row: Any) -> None:
     assert COMPILED is not None
     assert outcome(COMPILED["rows"].decode_task, row) == outcome(PURE["rows"].decode_task, row)
+
+
+# echo_row: an insert's row from its bound values
+# ---------------------------------------------------------------------------
+
+
+def ref_echo(template: tuple[Any, ...], sources: tuple[Any, ...], bound: Any) -> tuple[Any, ...]:
+    row = []
+    for constant, source in zip(template, sources):
+        row.append(constant if source is None else bound[source])
+    return tuple(row)
+
+
+def test_echo_row_vectors(impl: SimpleNamespace) -> None:
+    rng = random.Random(11)
+    values: list[Any] = [None, 0, -1, 2**63, 1.5, "", "é", "{}", b"x", [1], {"a": 1}, True]
+    for _ in range(500):
+        n = rng.randrange(0, 30)
+        template = tuple(rng.choice(values) for _ in range(n))
+        sources = tuple(None if rng.random() < 0.4 else f"p{rng.randrange(8)}" for _ in range(n))
+        bound = {f"p{i}": rng.choice(values) for i in range(8)}
+        bound["unused"] = object()  # (names the statement does not use are ignored)
+        row = impl.rows.echo_row(template, sources, bound)
+        assert type(row) is tuple
+        assert row == ref_echo(template, sources, bound)
+        for got, want in zip(row, ref_echo(template, sources, bound)):
+            assert got is want  # the very objects, not copies
+
+
+def test_echo_row_any_mapping(impl: SimpleNamespace) -> None:
+    from types import MappingProxyType
+
+    bound = MappingProxyType({"a": 1, "b": "x"})
+    assert impl.rows.echo_row((0, 0, 9), ("a", "b", None), bound) == (1, "x", 9)
+
+
+def test_echo_row_missing_parameter_is_a_key_error(impl: SimpleNamespace) -> None:
+    with pytest.raises(KeyError, match="b"):
+        impl.rows.echo_row((0, 0), ("a", "b"), {"a": 1})
+
+
+def test_echo_row_template_shorter_than_sources(impl: SimpleNamespace) -> None:
+    with pytest.raises(IndexError):
+        impl.rows.echo_row((0,), (None, None), {})
+    assert impl.rows.echo_row((0, 1, 2), (None,), {}) == (0,)  # (extra constants unused)
+
+
+@needs_compiled
+@pytest.mark.parametrize(
+    "args",
+    [
+        ((1, 2), ("a", None), {"a": 3}),
+        ((1, 2), ("a", "b"), {"a": 3}),
+        ((1,), (None, "a"), {"a": 3}),
+        ((), (), {}),
+        ((1,), ("a",), {}),
+    ],
+    ids=["ok", "missing", "short-template", "empty", "missing-only"],
+)
+def test_twins_echo_row_agree(args: Any) -> None:
+    assert COMPILED is not None
+    assert outcome(COMPILED["rows"].echo_row, *args) == outcome(PURE["rows"].echo_row, *args)

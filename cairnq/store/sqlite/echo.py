@@ -5,14 +5,16 @@ A statement whose file is annotated ``-- cairnq: echo-row ...`` (see
 parameters and constants; asking SQLite for RETURNING would cost more than
 the insert itself when writes are batched. The annotation says which
 parameter or constant fills each column; this module turns it into a function
-that lays them out in table order, as ``select *`` would return them.
+that lays them out in table order, as ``select *`` would return them (the
+``echo_row`` kernel, given each column's constant or parameter).
 """
 
 from __future__ import annotations
 
-from operator import itemgetter
+from functools import partial
 from typing import Any, Callable
 
+from cairnq._speedups import echo_row
 from cairnq._sql import AnnotationError, Statement
 from cairnq.models import TASK_COLUMNS
 
@@ -33,25 +35,6 @@ def row_echo(stmt: Statement) -> Echo | None:
         raise AnnotationError(
             f"{stmt.name}: echo-row names {sorted(by_column)}, not the columns of cairnq_tasks"
         )
-    template: list[Any] = []
-    slots: list[int] = []
-    params: list[str] = []
-    for i, column in enumerate(TASK_COLUMNS):
-        entry = by_column[column]
-        template.append(entry.value)
-        if entry.param is not None:
-            slots.append(i)
-            params.append(entry.param)
-    pick: Callable[[dict[str, Any]], Any]
-    if len(params) > 1:
-        pick = itemgetter(*params)
-    else:  # itemgetter of one name returns the value, not a tuple
-        pick = lambda bound: tuple(bound[p] for p in params)  # noqa: E731
-
-    def echo(bound: dict[str, Any]) -> tuple[Any, ...]:
-        row = template.copy()
-        for i, v in zip(slots, pick(bound)):
-            row[i] = v
-        return tuple(row)
-
-    return echo
+    template = tuple(by_column[column].value for column in TASK_COLUMNS)
+    sources = tuple(by_column[column].param for column in TASK_COLUMNS)
+    return partial(echo_row, template, sources)
