@@ -203,11 +203,11 @@ class Worker:
         """What a run keeps as it goes (each run() sets up its own events)."""
         self._stopping = False
         self._stop_event: Signal | None = None
-        self._book = CallBook()  # the calls in flight and what they hold
-        self._call_done: Signal | None = None  # (the book's, for this run)
+        # The calls in flight and what they hold; each run() gives it the
+        # signal a freed slot sets and the heartbeat loop for the leases.
+        self._book = CallBook()
         self._starter: CallStarter  # each run() makes its own, on its loop
         self._avg_payload_bytes: float | None = None
-        self._heartbeats: Heartbeats | None = None  # (the book's, for this run)
         self._limit = 0  # the running call limit, for load()
         self._claim_began: Optional[float] = None  # monotonic start of the claim under way
         self._beside: list[Callable[["Worker"], Awaitable[None]]] = []
@@ -434,9 +434,10 @@ class Worker:
         self._stop_event = Signal()
         if self._stopping:
             self._stop_event.set()
-        self._call_done = self._book.call_done = Signal()
+        book = self._book
+        book.call_done = Signal()
         self._starter = CallStarter(asyncio.get_running_loop())
-        self._heartbeats = self._book.heartbeats = Heartbeats(self._port, self._heartbeat_interval_ms, self._report)
+        heartbeats = book.heartbeats = Heartbeats(self._port, self._heartbeat_interval_ms, self._report)
         unsubscribe = self._port.subscribe_survived(lambda exc: self._report(exc, {"phase": "store"}))
         try:
             await self._store.connect()
@@ -457,8 +458,8 @@ class Worker:
             if self._scheduler is not None:
                 await self._scheduler.stop()
             unsubscribe()
-            await self._book.settled()
-            await self._heartbeats.stop()
+            await book.settled()
+            await heartbeats.stop()
             self._stopping = False  # the worker can run again
 
     async def _run_job(self, job: Callable[["Worker"], Awaitable[None]]) -> None:
@@ -486,7 +487,8 @@ class Worker:
 
     async def _claim_loop(self, limit: int) -> None:
         stop = self._stop_event
-        assert stop is not None and self._call_done is not None
+        call_done = self._book.call_done
+        assert stop is not None and call_done is not None
         news_of_work = False  # the store just told of new work: claim without probing
         probed_at = float("-inf")  # ... unless a probe (it also finds expired leases) is due
         book = self._book
@@ -495,8 +497,8 @@ class Worker:
             if free > 0 and self._max_in_flight_bytes is not None:
                 free = min(free, self._calls_within_byte_budget())
             if free <= 0:
-                self._call_done.clear()
-                await first_of(self._call_done, stop)
+                call_done.clear()
+                await first_of(call_done, stop)
                 continue
             if not self._registry.claim_sources:
                 await self._idle(resource_wake=False)
@@ -589,7 +591,8 @@ class Worker:
         The sleep runs in this task (``signals.unless``), so news of work
         resumes the claim loop on the next turn of the loop; a stop (or a
         finished call, where resources are capped) interrupts it."""
-        assert self._stop_event is not None and self._call_done is not None
+        call_done = self._book.call_done
+        assert self._stop_event is not None and call_done is not None
         with self._port.resting() as writes_wait_for_claims:
             if after_dispatch and not self._starter.eager:  # (eager: taken within the dispatch)
                 await asyncio.sleep(0)
@@ -597,8 +600,8 @@ class Worker:
                 await self._port.queued_completions_written()
             wait = self._port.idle_wait(self._queues, self._registry.names, self._poll_interval_ms)
             if resource_wake and self._registry.capacities:
-                self._call_done.clear()  # a finished call frees its resource units
-                done, news = await unless(wait, self._stop_event, self._call_done)
+                call_done.clear()  # a finished call frees its resource units
+                done, news = await unless(wait, self._stop_event, call_done)
             else:
                 done, news = await unless(wait, self._stop_event)
         return done and news is True
@@ -624,7 +627,8 @@ class Worker:
         an asyncio task until one suspends)."""
         store, worker_id, lease_ms = self._store, self._worker_id, self._lease_ms
         backoff_ms, backoff_max_ms = self._retry_backoff_ms, self._retry_backoff_max_ms
-        settings, heartbeats, book = self._call_settings, self._heartbeats, self._book
+        settings, book = self._call_settings, self._book
+        heartbeats = book.heartbeats
         assert heartbeats is not None
         measure = self._max_in_flight_bytes is not None
         in_flight, in_use = book.calls, book.in_use
@@ -675,7 +679,8 @@ class Worker:
     def _hold_handled(self, calls: list[Call], contexts: list[TaskContext]) -> None:
         """Lease the tasks of ``calls`` that have a handler (``contexts``:
         every task's, in order)."""
-        assert self._heartbeats is not None
+        heartbeats = self._book.heartbeats
+        assert heartbeats is not None
         leased: list[TaskContext] = []
         ids: list[str] = []
         at = 0
@@ -685,7 +690,7 @@ class Worker:
                 ids += map(_task_id, tasks)
             at += len(tasks)
         if leased:
-            self._heartbeats.hold(leased, ids)
+            heartbeats.hold(leased, ids)
 
     def _quick_completer(self) -> Optional[Callable[[str, Any, Outcome], None]]:
         """How this claim's quick calls (``quick.py``) queue their
