@@ -127,6 +127,17 @@ class FleetProcs:
             if after.get(k, 0) != before.get(k, 0)
         }
 
+    async def window_by_member(self, seconds: float) -> dict[str, dict[str, int]]:
+        """``window`` for each worker on its own, by label."""
+        before = {label: self.counts([label]) for label in self.labels}
+        await asyncio.sleep(seconds)
+        await asyncio.sleep(0.25)  # the last report of the window is written
+        after = {label: self.counts([label]) for label in self.labels}
+        return {
+            label: {k: n - before[label].get(k, 0) for k, n in after[label].items() if n != before[label].get(k, 0)}
+            for label in self.labels
+        }
+
     def stamped(self) -> list[dict[str, Any]]:
         return read_jsonl(self.stamps)
 
