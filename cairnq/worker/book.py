@@ -233,10 +233,7 @@ class QuickHold:
         self._running -= 1
         if not self._running:
             self.task = None  # (let the task go as soon as it ends: ``Hold.handler_done``)
-        book = self._book  # (slot_freed, written out: this runs once a task)
-        book.running -= 1
-        if book.call_done is not None:
-            book.call_done.set()
+        self._book.slot_freed()
 
     def _told(self, call: QuickCall, status: Optional[str], exc: Optional[BaseException]) -> None:
         """Its completion was written (or refused)."""
