@@ -31,6 +31,7 @@ __all__ = [
     "decode_tasks",
     "decode_mapping",
     "echo_row",
+    "fill_rows",
     "dumps",
     "loads",
     "encode_ids",
@@ -75,6 +76,7 @@ decode_task = _rows_py.decode_task
 decode_tasks = _rows_py.decode_tasks
 decode_mapping = _rows_py.decode_mapping
 echo_row = _rows_py.echo_row
+fill_rows = _rows_py.fill_rows
 dumps = _json_py.dumps
 loads = _json_py.loads
 encode_ids = _beats_py.encode_ids
@@ -87,6 +89,7 @@ if IMPLEMENTATION == "cython":
     decode_tasks = compiled["rows"].decode_tasks
     decode_mapping = compiled["rows"].decode_mapping
     echo_row = compiled["rows"].echo_row
+    fill_rows = compiled["rows"].fill_rows
     dumps = compiled["jsoncodec"].dumps
     loads = compiled["jsoncodec"].loads
     encode_ids = compiled["beats"].encode_ids

@@ -103,3 +103,26 @@ def echo_row(template: tuple[Any, ...], sources: tuple[Any, ...], bound: Mapping
     constant ``template[i]`` (``sources[i]`` None). KeyError for a missing
     parameter. (See ``cairnq/store/sqlite/echo.py``.)"""
     return tuple([template[i] if source is None else bound[source] for i, source in enumerate(sources)])
+
+
+def fill_rows(
+    template: tuple[Any, ...], sources: tuple[Any, ...], bound: Mapping[str, Any], rows: Iterable[Any]
+) -> list[tuple[Any, ...]]:
+    """Whole rows from the columns a statement returned and the values it
+    set: column i of each row is ``row[sources[i]]`` where ``sources[i]`` is
+    an int (a returned column), ``bound[sources[i]]`` where it names a
+    parameter, else the constant ``template[i]`` (``sources[i]`` None).
+    KeyError for a missing parameter, IndexError for a row too short.
+    (See ``cairnq/store/sqlite/echo.py``.)"""
+    known = [
+        None if type(source) is int else template[i] if source is None else bound[source]
+        for i, source in enumerate(sources)
+    ]
+    returned = [(i, source) for i, source in enumerate(sources) if type(source) is int]
+    out = []
+    for row in rows:
+        whole = known.copy()
+        for i, source in returned:
+            whole[i] = row[source]
+        out.append(tuple(whole))
+    return out

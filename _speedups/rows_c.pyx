@@ -158,3 +158,51 @@ def echo_row(tuple template, tuple sources, bound):
         Py_INCREF(value)  # (SET_ITEM takes a reference it was given)
         PyTuple_SET_ITEM(out, i, value)
     return out
+
+
+def fill_rows(tuple template, tuple sources, bound, rows):
+    """Whole rows from the columns a statement returned and the values it
+    set: column i of each row is ``row[sources[i]]`` where ``sources[i]`` is
+    an int (a returned column), ``bound[sources[i]]`` where it names a
+    parameter, else the constant ``template[i]`` (``sources[i]`` None).
+    KeyError for a missing parameter, IndexError for a row too short.
+    (See ``cairnq/store/sqlite/echo.py``.)"""
+    cdef Py_ssize_t n = PyTuple_GET_SIZE(sources)
+    cdef Py_ssize_t constants = PyTuple_GET_SIZE(template)
+    cdef Py_ssize_t i, width, at
+    cdef object source, value
+    cdef tuple known = PyTuple_New(n)  # the set values; None where a column is returned
+    cdef tuple whole
+    cdef list out = []
+    for i in range(n):
+        source = <object>PyTuple_GET_ITEM(sources, i)
+        if type(source) is int:
+            value = None
+        elif source is None:
+            if i >= constants:
+                raise IndexError("tuple index out of range")  # as the twin's template[i] would
+            value = <object>PyTuple_GET_ITEM(template, i)
+        else:
+            value = bound[source]
+        Py_INCREF(value)  # (SET_ITEM takes a reference it was given)
+        PyTuple_SET_ITEM(known, i, value)
+    for row in rows:
+        if type(row) is not tuple:
+            row = tuple(row)
+        width = PyTuple_GET_SIZE(row)
+        whole = PyTuple_New(n)
+        for i in range(n):
+            source = <object>PyTuple_GET_ITEM(sources, i)
+            if type(source) is int:
+                at = <Py_ssize_t>source
+                if at < 0:
+                    at += width  # (from the end, as the twin's row[source])
+                if at >= width or at < 0:
+                    raise IndexError("tuple index out of range")  # as the twin's row[source] would
+                value = <object>PyTuple_GET_ITEM(row, at)
+            else:
+                value = <object>PyTuple_GET_ITEM(known, i)
+            Py_INCREF(value)
+            PyTuple_SET_ITEM(whole, i, value)
+        out.append(whole)
+    return out

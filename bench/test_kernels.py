@@ -88,3 +88,20 @@ def test_echo_insert_row(benchmark, impl: str) -> None:
     bound = {source: i for i, source in enumerate(sources) if source is not None}
     echo = kernels(impl)["rows"].echo_row
     assert len(benchmark(echo, template, sources, bound)) == len(TASK_COLUMNS)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_fill_claimed_rows(benchmark, impl: str) -> None:
+    # A 64-task claim's rows put back together: the columns it returned, and
+    # the six its fill-row annotation names (claim_one_queue_one_name).
+    from cairnq._sql import load_statements
+    from cairnq.store.sqlite.echo import row_filler
+
+    stmt = load_statements("sqlite")["claim_one_queue_one_name"]
+    fill = row_filler(stmt)
+    assert fill is not None
+    bound = {"worker_id": "w", "lease_until_ms": 2, "now_ms": 1, "queue": "q", "name": "n", "limit": 64}
+    rows = [tuple(f"{c}{i}" for c in stmt.returning) for i in range(64)]
+    fill_rows = kernels(impl)["rows"].fill_rows
+    template, sources = fill.args
+    assert len(benchmark(fill_rows, template, sources, bound, rows)) == 64

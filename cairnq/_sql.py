@@ -225,6 +225,10 @@ class Statement:
     # From the file's annotations (see ANNOTATIONS); not part of the identity
     # (nor of the hash that keys the specialize cache).
     echo_row: tuple[EchoColumn, ...] = field(default=(), compare=False)
+    # ``fill-row``: the columns the statement sets to known values and leaves
+    # out of its RETURNING list (``returning``, the columns it does return).
+    fill_row: tuple[EchoColumn, ...] = field(default=(), compare=False)
+    returning: tuple[str, ...] = field(default=(), compare=False)
     plan_per_value: tuple[str, ...] = field(default=(), compare=False)
     plan_custom: tuple[str, ...] = field(default=(), compare=False)
 
@@ -268,6 +272,14 @@ ANNOTATIONS: dict[str, tuple[tuple[str, ...], str]] = {
         "insert when writes are batched). One entry per column, in the insert's order: "
         "`column` (the parameter of that name), `column=:param`, or `column=<constant>` "
         "(null, an integer, or a 'text' without blanks).",
+    ),
+    "fill-row": (
+        ("sqlite",),
+        "The update sets these columns to values the store knows (its parameters, or "
+        "constants) and leaves them out of its RETURNING list, which names the other columns: "
+        "the store puts each returned row back together in table order, as `returning *` "
+        "would give it, without SQLite copying the known values into every returned row. "
+        "Entries as for `echo-row`; every column of cairnq_tasks is returned or named here.",
     ),
     "plan-per-value": (
         ("postgres",),
@@ -336,21 +348,40 @@ def _annotated(stmt: Statement, raw: str, dialect: str) -> Statement:
     plan = found.get("plan-per-value", ())
     custom = found.get("plan-custom", ())
     echo = tuple(_echo_column(entry, where) for entry in found.get("echo-row", ()))
-    named = [*plan, *custom, *(c.param for c in echo if c.param is not None)]
+    fill = tuple(_echo_column(entry, where, "fill-row") for entry in found.get("fill-row", ()))
+    returning = _returning_columns(stmt.text, where) if fill else ()
+    named = [*plan, *custom, *(c.param for c in (*echo, *fill) if c.param is not None)]
     unknown = [p for p in named if p not in stmt.params]
     if unknown:
         raise AnnotationError(f"{where}: annotated {unknown} are not parameters of the statement")
-    for values in (plan, custom, tuple(c.column for c in echo)):
+    for values in (plan, custom, tuple(c.column for c in echo), (*returning, *(c.column for c in fill))):
         if len(set(values)) != len(values):
             raise AnnotationError(f"{where}: an annotation names the same thing twice: {values}")
-    return replace(stmt, echo_row=echo, plan_per_value=plan, plan_custom=custom)
+    return replace(
+        stmt, echo_row=echo, fill_row=fill, returning=returning, plan_per_value=plan, plan_custom=custom
+    )
 
 
-def _echo_column(entry: str, where: str) -> EchoColumn:
+_RETURNING = re.compile(r"\breturning\s+(?P<columns>.+?)\s*;?\s*\Z", re.IGNORECASE | re.DOTALL)
+_COLUMN = re.compile(r"[A-Za-z_]\w*")
+
+
+def _returning_columns(text: str, where: str) -> tuple[str, ...]:
+    """The columns of the statement's closing ``RETURNING`` list (plain
+    column names only: a ``fill-row`` statement must name what it returns)."""
+    code = "".join(piece for kind, piece in sql_tokens(strip_comments(text)) if kind == CODE)
+    found = _RETURNING.search(code)
+    columns = tuple(c.strip() for c in found["columns"].split(",")) if found else ()
+    if not columns or not all(_COLUMN.fullmatch(c) for c in columns) or "*" in columns:
+        raise AnnotationError(f"{where}: fill-row needs the statement to end with RETURNING <columns>")
+    return columns
+
+
+def _echo_column(entry: str, where: str, key: str = "echo-row") -> EchoColumn:
     m = _ECHO_ENTRY.fullmatch(entry)
     if m is None:
         raise AnnotationError(
-            f"{where}: echo-row entry {entry!r} is not column, column=:param or column=<constant>"
+            f"{where}: {key} entry {entry!r} is not column, column=:param or column=<constant>"
         )
     column = m["column"]
     if m["param"] is not None:

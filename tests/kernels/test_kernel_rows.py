@@ -424,6 +424,91 @@ def test_echo_row_template_shorter_than_sources(impl: SimpleNamespace) -> None:
     assert impl.rows.echo_row((0, 1, 2), (None,), {}) == (0,)  # (extra constants unused)
 
 
+# fill_rows: a claim's whole rows from the columns it returned and the values it set
+# ---------------------------------------------------------------------------
+
+
+def ref_fill(template: tuple[Any, ...], sources: tuple[Any, ...], bound: Any, rows: Any) -> list[Any]:
+    out = []
+    for row in rows:
+        whole = []
+        for constant, source in zip(template, sources):
+            if type(source) is int:
+                whole.append(row[source])
+            else:
+                whole.append(constant if source is None else bound[source])
+        out.append(tuple(whole))
+    return out
+
+
+def test_fill_rows_vectors(impl: SimpleNamespace) -> None:
+    rng = random.Random(12)
+    values: list[Any] = [None, 0, -1, 2**63, 1.5, "", "é", "{}", b"x", [1], {"a": 1}, True]
+    for _ in range(500):
+        n = rng.randrange(0, 30)
+        width = rng.randrange(0, n + 1)  # how many columns each row brings
+        template = tuple(rng.choice(values) for _ in range(n))
+        sources = tuple(
+            rng.randrange(width) if width and rng.random() < 0.6
+            else None if rng.random() < 0.5 else f"p{rng.randrange(8)}"
+            for _ in range(n)
+        )  # fmt: skip
+        bound = {f"p{i}": rng.choice(values) for i in range(8)}
+        bound["unused"] = object()
+        rows = [tuple(rng.choice(values) for _ in range(width)) for _ in range(rng.randrange(0, 5))]
+        got = impl.rows.fill_rows(template, sources, bound, rows)
+        want = ref_fill(template, sources, bound, rows)
+        assert type(got) is list and all(type(row) is tuple for row in got)
+        assert got == want
+        for got_row, want_row in zip(got, want):
+            for a, b in zip(got_row, want_row):
+                assert a is b  # the very objects, not copies
+
+
+def test_fill_rows_takes_any_rows_and_mapping(impl: SimpleNamespace) -> None:
+    from types import MappingProxyType
+
+    bound = MappingProxyType({"a": 1})
+    rows = iter([[10, 11], (20, 21)])  # lists, tuples, from any iterable
+    assert impl.rows.fill_rows((0, 0, 9, 0), (1, "a", None, -2), bound, rows) == [
+        (11, 1, 9, 10),
+        (21, 1, 9, 20),
+    ]
+
+
+def test_fill_rows_errors(impl: SimpleNamespace) -> None:
+    with pytest.raises(KeyError, match="b"):
+        impl.rows.fill_rows((0, 0), (0, "b"), {}, [(1,)])
+    with pytest.raises(KeyError, match="b"):  # (a missing parameter, even with no rows)
+        impl.rows.fill_rows((0, 0), (0, "b"), {}, [])
+    with pytest.raises(IndexError):
+        impl.rows.fill_rows((0, 0), (0, 2), {}, [(1, 2)])  # a row too short
+    with pytest.raises(IndexError):
+        impl.rows.fill_rows((0, 0), (0, -3), {}, [(1, 2)])
+    with pytest.raises(IndexError):
+        impl.rows.fill_rows((0,), (0, None), {}, [(1,)])  # a template too short
+    assert impl.rows.fill_rows((), (), {}, [(1,), ()]) == [(), ()]
+
+
+@needs_compiled
+@pytest.mark.parametrize(
+    "args",
+    [
+        ((0, 0, 5), (1, "a", None), {"a": 3}, [(1, 2), (3, 4)]),
+        ((0, 0), (0, "b"), {"a": 3}, [(1,)]),
+        ((0, 0), (0, 1), {}, [(1,)]),
+        ((0,), (None, 0), {}, [(1,)]),
+        ((0, 0), (-1, -2), {}, [(1, 2)]),
+        ((), (), {}, []),
+        ((0,), (0,), {}, [None]),
+    ],
+    ids=["ok", "missing", "short-row", "short-template", "from-the-end", "empty", "not-a-row"],
+)
+def test_twins_fill_rows_agree(args: Any) -> None:
+    assert COMPILED is not None
+    assert outcome(COMPILED["rows"].fill_rows, *args) == outcome(PURE["rows"].fill_rows, *args)
+
+
 @needs_compiled
 @pytest.mark.parametrize(
     "args",

@@ -18,6 +18,7 @@ import pytest
 from cairnq._sql import (
     ANNOTATIONS,
     CODE,
+    LINE_COMMENT,
     QUOTED,
     AnnotationError,
     EchoColumn,
@@ -27,7 +28,7 @@ from cairnq._sql import (
     sql_tokens,
 )
 from cairnq.models import TASK_COLUMNS
-from cairnq.store.sqlite.echo import row_echo
+from cairnq.store.sqlite.echo import row_echo, row_filler
 from cairnq.store.sqlite.store import SQLiteStore
 
 # Planned for their queue and name values on PostgreSQL (see the ANNOTATIONS
@@ -63,6 +64,17 @@ LITERAL_PARAMS = {
 }
 # SQLite inserts whose row is rebuilt from the bound values.
 ECHOED = {"insert_task"}
+# SQLite claims that return only the columns whose values the store does not
+# know, and the columns it fills back in.
+_SET = ("status", "worker_id", "lease_until_ms", "updated_at_ms")
+FILLED = {
+    "claim": _SET,
+    "claim_any_name": _SET,
+    "claim_one_name": (*_SET, "name"),
+    "claim_one_queue": (*_SET, "queue"),
+    "claim_one_queue_any_name": (*_SET, "queue"),
+    "claim_one_queue_one_name": (*_SET, "queue", "name"),
+}
 
 
 def _annotated(dialect: str, field: str) -> dict[str, Any]:
@@ -93,6 +105,99 @@ def test_the_statements_planned_with_their_values_are_pinned() -> None:
 def test_the_echoed_inserts_are_pinned() -> None:
     assert set(_annotated("sqlite", "echo_row")) == ECHOED
     assert _annotated("postgres", "echo_row") == {}
+
+
+def test_the_filled_claims_are_pinned() -> None:
+    filled = _annotated("sqlite", "fill_row")
+    assert {name: tuple(c.column for c in entries) for name, entries in filled.items()} == FILLED
+    assert _annotated("postgres", "fill_row") == {}
+
+
+def _code(text: str) -> str:
+    return " ".join("".join(piece for kind, piece in sql_tokens(text) if kind != LINE_COMMENT).split())
+
+
+@pytest.mark.parametrize("name", sorted(FILLED))
+def test_fill_row_is_what_the_claim_sets_or_selects_by(name: str) -> None:
+    """Each filled column is assigned that very value in the SET list, or
+    (queue, name) compared for equality with that parameter in the draw; the
+    RETURNING list is every other column, in table order."""
+    stmt = load_statements("sqlite")[name]
+    code = _code(stmt.text).lower()
+    assignments = dict(re.findall(r"(\w+) = ([^,]+?)(?:,| where )", code.split(" set ", 1)[1]))
+    for entry in stmt.fill_row:
+        if entry.column in ("queue", "name"):
+            assert re.search(rf"\b(?:\w+\.)?{entry.column} = :{entry.param}\b", code), entry
+        else:
+            assert assignments[entry.column] == _as_sql(entry), entry
+    filled = {c.column for c in stmt.fill_row}
+    assert stmt.returning == tuple(c for c in TASK_COLUMNS if c not in filled)
+    assert code.endswith("returning " + ", ".join(stmt.returning))
+
+
+@pytest.mark.parametrize(
+    "queues, names",
+    [
+        (["q"], ["n"]),
+        (["q"], ["n", "other"]),
+        (["q"], None),
+        (["q", "r"], ["n"]),
+        (["q", "r"], ["n", "other"]),
+        (["q", "r"], None),
+    ],
+    ids=lambda v: "any" if v is None else str(len(v)),
+)
+async def test_a_filled_claim_is_the_row_the_database_holds(
+    tmp_path: Path, queues: list[str], names: list[str] | None
+) -> None:
+    """On a real file, for every claim variant: the tasks a claim returns
+    (their set and selected columns filled in by the store) are what
+    ``select *`` reads back, column for column; a retried task's attempt and
+    error come back too."""
+    from cairnq.store.ops.claims import claim_statement
+
+    path = tmp_path / "fill.db"
+    store = SQLiteStore(str(path))
+    try:
+        first = await store.submit(name="n", payload={"x": 1}, queue="q", priority=2, metadata={"m": 1})
+        await store.submit(name="n", payload=[2], queue="q", correlation_id="c")
+        # One retried once: its attempt and error are not what a fresh task has.
+        [task] = await store.claim(queues=["q"], worker_id="w0", limit=1, names=["n"])
+        assert task.id == first.id
+        await store.progress(task_id=task.id, worker_id="w0", progress=0.5, message="half")
+        await store.fail(task_id=task.id, worker_id="w0", error={"type": "E"}, retryable=True)
+        claimed = await store.claim(queues=queues, worker_id="w1", limit=5, names=names)
+        assert len(claimed) == 2, claim_statement(queues, names)
+        again = [await store.get(t.id) for t in claimed]
+    finally:
+        await store.close()
+    assert claimed == again
+    conn = sqlite3.connect(path)
+    try:
+        for task in claimed:
+            row = conn.execute("select * from cairnq_tasks where id = ?", (task.id,)).fetchone()
+            assert tuple(row[TASK_COLUMNS.index(c)] for c in ("status", "worker_id", "queue", "name")) == (
+                task.status, task.worker_id, task.queue, task.name,
+            )  # fmt: skip
+            assert (row[TASK_COLUMNS.index("lease_until_ms")], row[TASK_COLUMNS.index("updated_at_ms")]) == (
+                task.lease_until_ms, task.updated_at_ms,
+            )  # fmt: skip
+    finally:
+        conn.close()
+    retried = next(t for t in claimed if t.id == first.id)
+    assert (retried.attempt, retried.error["type"]) == (2, "E")  # (not a fresh task's values)
+
+
+def test_a_filler_puts_returned_and_filled_columns_in_table_order() -> None:
+    stmt = load_statements("sqlite")["claim_one_queue_one_name"]
+    fill = row_filler(stmt)
+    assert fill is not None
+    returned = tuple(f"<{c}>" for c in stmt.returning)
+    bound = {"worker_id": "w", "lease_until_ms": 7, "now_ms": 5, "queue": "q", "name": "n", "limit": 3}
+    [row] = fill(bound, [returned])
+    expected = {c: f"<{c}>" for c in stmt.returning}
+    expected.update(status="running", worker_id="w", lease_until_ms=7, updated_at_ms=5, queue="q", name="n")
+    assert row == tuple(expected[c] for c in TASK_COLUMNS)
 
 
 def _insert_lists(text: str) -> tuple[list[str], list[str]]:
@@ -207,6 +312,12 @@ def test_a_reformatted_file_keeps_its_fast_path(protocol_copy: Path) -> None:
         ("sqlite", "insert_task", lambda t: t.replace("attempt=0", "attempt=0+1"), "echo-row entry"),
         ("sqlite", "insert_task", lambda t: t.replace("root_id correlation_id", "root_id root_id"), "twice"),
         ("sqlite", "get", lambda t: t + "\n-- cairnq: echo-row id\n", "below the first line of code"),
+        ("postgres", "claim", lambda t: "-- cairnq: fill-row status='running'\n" + t, "applies to"),
+        ("sqlite", "claim", lambda t: t.replace("returning id,", "returning *, id,"), "RETURNING <columns>"),
+        ("sqlite", "claim", lambda t: t.replace("completed_at_ms\n", "completed_at_ms + 0\n"), "RETURNING <columns>"),
+        ("sqlite", "claim", lambda t: t.replace("returning id,", "returning id, status,"), "twice"),
+        ("sqlite", "claim", lambda t: t.replace("lease_until_ms updated", "lease_until_ms=:lease updated"), "not parameters"),
+        ("sqlite", "claim", lambda t: t.replace("status='running'", "status=running'"), "fill-row entry"),
     ],
 )  # fmt: skip
 def test_a_wrong_annotation_fails_at_load(
@@ -224,7 +335,14 @@ def test_an_echo_row_missing_a_column_is_refused(protocol_copy: Path) -> None:
         row_echo(stmt)
 
 
+def test_a_fill_row_missing_a_column_is_refused(protocol_copy: Path) -> None:
+    _edit(protocol_copy, "sqlite", "claim", lambda t: t.replace(" updated_at_ms=:now_ms", ""))
+    stmt = load_statements("sqlite", protocol_copy)["claim"]
+    with pytest.raises(AnnotationError, match="do not name each column"):
+        row_filler(stmt)
+
+
 def test_annotations_are_read_from_comments_only() -> None:
     text = "-- cairnq: plan-per-value a\n-- see cairnq: x\nselect '-- cairnq: echo-row x' as t"
     assert read_annotations(text) == {"plan-per-value": ("a",)}
-    assert set(ANNOTATIONS) == {"echo-row", "plan-per-value", "plan-custom"}
+    assert set(ANNOTATIONS) == {"echo-row", "fill-row", "plan-per-value", "plan-custom"}

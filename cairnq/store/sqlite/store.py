@@ -16,7 +16,7 @@ from cairnq.errors import DatabaseReplaced, StoreClosed
 from cairnq.store.base import TaskStore
 from cairnq.store.driver import STATEMENTS, Fetch, observed
 from cairnq.store.own import is_own, register_own
-from cairnq.store.sqlite.echo import row_echo
+from cairnq.store.sqlite.echo import row_echo, row_filler
 from cairnq.store.sqlite.engine import SqliteEngine, is_busy
 from cairnq.store.sqlite.file_watch import FileWatch, watch_database
 from cairnq.store.sqlite.opening import (
@@ -147,6 +147,11 @@ class SQLiteStore(TaskStore):
             name: echo
             for name, s in self._statements.items()
             if (echo := row_echo(s)) is not None
+        }
+        self._fillers = {
+            name: fill
+            for name, s in self._statements.items()
+            if (fill := row_filler(s)) is not None
         }
         self._engine: SqliteEngine | None = None
         self._connect_lock: asyncio.Lock | None = None
@@ -292,7 +297,9 @@ class SQLiteStore(TaskStore):
         bound = self._binders[name](params)
         echo = self._echoes.get(name)
         if echo is None:
-            return await engine.write(sql, bound, deferred=deferred)
+            rows = await engine.write(sql, bound, deferred=deferred)
+            fill = self._fillers.get(name)
+            return rows if fill is None else fill(bound, rows)
         await engine.write(sql, bound, deferred=deferred)
         return [echo(bound)]
 
@@ -319,7 +326,8 @@ class SQLiteStore(TaskStore):
         engine = self._engine
         if engine is None or self._closing:
             engine = await self._connected_or_closed()
-        statements, binders, echoes = self._statements, self._binders, self._echoes
+        statements, binders = self._statements, self._binders
+        echoes, fillers = self._echoes, self._fillers
         async with engine.transaction(stamp=stamp) as run:
 
             async def run_named(name: str, params: dict[str, Any]) -> list[Any]:
@@ -328,7 +336,10 @@ class SQLiteStore(TaskStore):
                 bound = binders[name](params)
                 rows = await run(sql, bound)
                 echo = echoes.get(name)
-                return [echo(bound)] if echo is not None else rows
+                if echo is not None:
+                    return [echo(bound)]
+                fill = fillers.get(name)
+                return rows if fill is None else fill(bound, rows)
 
             def fetch(name: str, params: dict[str, Any]) -> Awaitable[list[Any]]:
                 if _STATEMENTS.on:

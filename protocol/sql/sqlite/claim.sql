@@ -1,3 +1,4 @@
+-- cairnq: fill-row status='running' worker_id lease_until_ms updated_at_ms=:now_ms
 -- Draw up to :limit due tasks for several :queues and several :names (JSON
 -- arrays): every (queue, name) pair contributes its best :limit candidates by a
 -- seek on cairnq_tasks_claim_name_idx, and the merge keeps the overall best.
@@ -25,4 +26,6 @@ where id in (
     order by t.priority desc, t.run_at_ms, t.id
     limit :limit
 )
-returning *
+returning id, name, queue, payload, result, error, metadata, progress, message,
+    attempt, max_attempts, priority, run_at_ms, cancel_requested_at_ms,
+    parent_id, root_id, correlation_id, created_at_ms, completed_at_ms

@@ -1,3 +1,4 @@
+-- cairnq: fill-row status='running' worker_id lease_until_ms updated_at_ms=:now_ms queue
 -- Draw up to :limit due tasks of one queue whose name is in :names (a JSON
 -- array of two or more). A name IN-list cannot be read in claim order from any
 -- index, and as a residual on cairnq_tasks_claim_idx it walks the backlog of
@@ -27,4 +28,6 @@ where id in (
     order by t.priority desc, t.run_at_ms, t.id
     limit :limit
 )
-returning *
+returning id, name, payload, result, error, metadata, progress, message,
+    attempt, max_attempts, priority, run_at_ms, cancel_requested_at_ms,
+    parent_id, root_id, correlation_id, created_at_ms, completed_at_ms

@@ -1,3 +1,4 @@
+-- cairnq: fill-row status='running' worker_id lease_until_ms updated_at_ms=:now_ms queue
 -- Draw up to :limit due tasks of one queue, any name, in claim order: an
 -- ordered walk of cairnq_tasks_claim_idx that stops after :limit due rows.
 update cairnq_tasks
@@ -15,4 +16,6 @@ where id in (
     order by priority desc, run_at_ms, id
     limit :limit
 )
-returning *
+returning id, name, payload, result, error, metadata, progress, message,
+    attempt, max_attempts, priority, run_at_ms, cancel_requested_at_ms,
+    parent_id, root_id, correlation_id, created_at_ms, completed_at_ms
