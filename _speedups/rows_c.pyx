@@ -137,24 +137,27 @@ def decode_mapping(row, bint json_is_text=True):
     return _Task(**fields)
 
 
+cdef inline object _set_value(tuple template, Py_ssize_t i, object source, bound):
+    """Column i's value where a statement sets it: ``bound[source]`` for a
+    parameter, else the constant ``template[i]`` (``source`` None)."""
+    if source is None:
+        if i >= PyTuple_GET_SIZE(template):
+            raise IndexError("tuple index out of range")  # as the twin's template[i] would
+        return <object>PyTuple_GET_ITEM(template, i)
+    return bound[source]
+
+
 def echo_row(tuple template, tuple sources, bound):
     """The row an insert wrote, from its bound values: column i is
     ``bound[sources[i]]`` where ``sources[i]`` names a parameter, else the
     constant ``template[i]`` (``sources[i]`` None). KeyError for a missing
     parameter. (See ``cairnq/store/sqlite/echo.py``.)"""
     cdef Py_ssize_t n = PyTuple_GET_SIZE(sources)
-    cdef Py_ssize_t constants = PyTuple_GET_SIZE(template)
     cdef Py_ssize_t i
-    cdef object source, value
+    cdef object value
     cdef tuple out = PyTuple_New(n)
     for i in range(n):
-        source = <object>PyTuple_GET_ITEM(sources, i)
-        if source is None:
-            if i >= constants:
-                raise IndexError("tuple index out of range")  # as the twin's template[i] would
-            value = <object>PyTuple_GET_ITEM(template, i)
-        else:
-            value = bound[source]
+        value = _set_value(template, i, <object>PyTuple_GET_ITEM(sources, i), bound)
         Py_INCREF(value)  # (SET_ITEM takes a reference it was given)
         PyTuple_SET_ITEM(out, i, value)
     return out
@@ -168,7 +171,6 @@ def fill_rows(tuple template, tuple sources, bound, rows):
     KeyError for a missing parameter, IndexError for a row too short.
     (See ``cairnq/store/sqlite/echo.py``.)"""
     cdef Py_ssize_t n = PyTuple_GET_SIZE(sources)
-    cdef Py_ssize_t constants = PyTuple_GET_SIZE(template)
     cdef Py_ssize_t i, width, at
     cdef object source, value
     cdef tuple known = PyTuple_New(n)  # the set values; None where a column is returned
@@ -176,14 +178,7 @@ def fill_rows(tuple template, tuple sources, bound, rows):
     cdef list out = []
     for i in range(n):
         source = <object>PyTuple_GET_ITEM(sources, i)
-        if type(source) is int:
-            value = None
-        elif source is None:
-            if i >= constants:
-                raise IndexError("tuple index out of range")  # as the twin's template[i] would
-            value = <object>PyTuple_GET_ITEM(template, i)
-        else:
-            value = bound[source]
+        value = None if type(source) is int else _set_value(template, i, source, bound)
         Py_INCREF(value)  # (SET_ITEM takes a reference it was given)
         PyTuple_SET_ITEM(known, i, value)
     for row in rows:
