@@ -40,7 +40,6 @@ thread waiting for the GIL gets it back; 5 ms by default).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import queue
 import statistics
@@ -72,54 +71,23 @@ def _loops_per_us() -> float:
     return n / ((time.perf_counter() - started) * 1e6)
 
 
-def _statements(claim_sql: str) -> tuple[Callable[..., list[str]], Callable[..., int]]:
-    complete_sql = floors._statement("sqlite", "complete_many")
-
-    def claim(conn: Any, now: int, limit: int) -> list[str]:
-        rows = conn.execute(claim_sql, {
-            "worker_id": "floor", "lease_until_ms": now + 30_000, "now_ms": now,
-            "queue": "default", "name": "noop", "limit": limit,
-        }).fetchall()  # fmt: skip
-        return [row[0] for row in rows]
-
-    def settle(conn: Any, ids: list[str], now: int) -> int:
-        params = {"ids": json.dumps(ids), "result": None, "worker_id": "floor", "now_ms": now}
-        return len(conn.execute(complete_sql, params).fetchall())
-
-    return claim, settle
-
-
 def _serial(
-    path: str, n: int, claim_sql: str, pragmas: list[str], work: Callable[[int], None]
+    path: str, n: int, claim: str, pragmas: list[str], work: Callable[[int], None]
 ) -> float:
-    """The riding loop, on this thread; seconds for ``n`` tasks."""
-    claim, settle = _statements(claim_sql)
-    conn = floors._sqlite_floor_conn(path)
-    for pragma in pragmas:
-        conn.execute(pragma)
-    done, riding = 0, []
-    started = time.perf_counter()
-    while True:
-        now = int(time.time() * 1000)
-        conn.execute("begin immediate")
-        if riding:
-            done += settle(conn, riding, now)
-        riding = claim(conn, now, BATCH) if done < n else []
-        conn.execute("commit")
-        if not riding:
-            break
-        work(len(riding))
-    elapsed = time.perf_counter() - started
-    conn.close()
-    if done < n:
-        raise RuntimeError(f"ran dry after {done} of {n} tasks")
-    return elapsed
+    """The riding loop (``floors._floor_sqlite_riding``), on this thread;
+    seconds for ``n`` tasks."""
+
+    def with_pragmas(conn: Any) -> Any:
+        for pragma in pragmas:
+            conn.execute(pragma)
+        return conn
+
+    return n / floors._floor_sqlite_riding(path, n, BATCH, with_pragmas, claim, work)
 
 
 def _threaded(path: str, n: int, batch: int, work: Callable[[int], None]) -> float:
     """Two claims of ``batch`` in flight: a database thread claims and
     settles (each settlement riding the next claim), this thread works."""
-    claim, settle = _statements(floors._statement("sqlite", "claim_one_queue_one_name"))
     claimed: queue.SimpleQueue[list[str] | None] = queue.SimpleQueue()
     finished: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
     settled = [0]
@@ -127,6 +95,7 @@ def _threaded(path: str, n: int, batch: int, work: Callable[[int], None]) -> flo
 
     def database() -> None:
         conn = floors._sqlite_floor_conn(path)  # (sqlite3 connections stay on their thread)
+        claim, settle = floors._sqlite_drain_steps(conn, batch)
         in_flight, handed = 0, 0
         try:
             while True:
@@ -142,8 +111,8 @@ def _threaded(path: str, n: int, batch: int, work: Callable[[int], None]) -> flo
                 now = int(time.time() * 1000)
                 conn.execute("begin immediate")
                 if riding:
-                    settled[0] += settle(conn, riding, now)
-                ids = claim(conn, now, batch) if handed < n else []
+                    settled[0] += settle(riding, now)
+                ids = claim(now) if handed < n else []
                 conn.execute("commit")
                 if ids:
                     handed += len(ids)

@@ -130,12 +130,14 @@ def _drain_backlog(dialect: str, target: str, n: int) -> None:
 
 
 def _sqlite_drain_steps(
-    conn: sqlite3.Connection, batch: int
+    conn: sqlite3.Connection, batch: int, claim: str | None = None
 ) -> tuple[Callable[[int], list[str]], Callable[[list[str], int], int]]:
     """The drain's two statements on ``conn``: claim up to ``batch`` tasks
     (their ids), and settle ids with ``complete_many`` (how many settled);
-    each takes the clock (ms) its transaction reads."""
-    claim, complete = _statement("sqlite", "claim_one_queue_one_name"), _statement("sqlite", "complete_many")
+    each takes the clock (ms) its transaction reads. ``claim``: another text
+    for the claim (``floor_variants.py``), its ids still in the first column."""
+    claim = claim or _statement("sqlite", "claim_one_queue_one_name")
+    complete = _statement("sqlite", "complete_many")
 
     def claim_ids(now: int) -> list[str]:
         rows = conn.execute(claim, {
@@ -174,7 +176,12 @@ def _floor_sqlite(target: str, n: int, batch: int) -> float:
 
 
 def _floor_sqlite_riding(
-    target: str, n: int, batch: int, wrap: Callable[[sqlite3.Connection], Any] | None = None
+    target: str,
+    n: int,
+    batch: int,
+    wrap: Callable[[sqlite3.Connection], Any] | None = None,
+    claim: str | None = None,
+    work: Callable[[int], None] | None = None,
 ) -> float:
     """The SQLite floor a worker can reach: its claim must commit before its
     handlers see the tasks, so a batch's settlement rides in the *next*
@@ -182,11 +189,13 @@ def _floor_sqlite_riding(
     ``_floor_sqlite`` claims and settles the same rows in one transaction).
     Same statements, connection and durability; the last batch settles in a
     transaction of its own. ``wrap``: what the loop runs its statements on,
-    given the connection (``drain_statements.py --floor`` times them)."""
+    given the connection (``drain_statements.py --floor`` times them).
+    ``claim`` and ``work`` (called with each batch's size once it committed)
+    are ``floor_variants.py``'s."""
     conn = _sqlite_floor_conn(target)
     if wrap is not None:
         conn = wrap(conn)
-    claim_ids, settle = _sqlite_drain_steps(conn, batch)
+    claim_ids, settle = _sqlite_drain_steps(conn, batch, claim)
     done, riding = 0, []
     started = time.perf_counter()
     while True:
@@ -198,6 +207,8 @@ def _floor_sqlite_riding(
         conn.execute("commit")
         if not riding:
             break
+        if work is not None:
+            work(len(riding))
     elapsed = time.perf_counter() - started
     conn.close()
     if done < n:
