@@ -97,19 +97,37 @@ cdef inline str _u(unsigned int c):
     return "\\u" + _HEX[(c >> 12) & 15] + _HEX[(c >> 8) & 15] + _HEX[(c >> 4) & 15] + _HEX[c & 15]
 
 
+cdef enum:
+    _RUN = 19  # digits in a row that orjson might not read exactly
+
+
+cdef inline bint _digit_at(str text, Py_ssize_t i):
+    cdef Py_UCS4 ch = PyUnicode_READ_CHAR(text, i)
+    return ch >= 48 and ch <= 57
+
+
 cdef bint _has_long_digit_run(str text):
-    """A run of 19+ ASCII digits: a number orjson might not read exactly."""
+    """A run of 19+ ASCII digits: a number orjson might not read exactly.
+
+    Any 19 consecutive positions hold exactly one multiple of 19 past a
+    non-digit, so only every 19th character is read until one is a digit;
+    then that digit's run is measured and the stride goes on past its end.
+    (About 1 read in 19 on ordinary text, instead of every character.)"""
     cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
-    cdef Py_ssize_t i, run = 0
-    cdef Py_UCS4 ch
-    for i in range(n):
-        ch = PyUnicode_READ_CHAR(text, i)
-        if ch >= 48 and ch <= 57:
-            run += 1
-            if run >= 19:
-                return True
-        else:
-            run = 0
+    cdef Py_ssize_t i = _RUN - 1, lo, hi
+    while i < n:
+        if not _digit_at(text, i):
+            i += _RUN
+            continue
+        lo = i
+        while lo > 0 and _digit_at(text, lo - 1):
+            lo -= 1
+        hi = i + 1
+        while hi < n and _digit_at(text, hi):
+            hi += 1
+        if hi - lo >= _RUN:
+            return True
+        i = hi + _RUN  # text[hi] is no digit: a longer run starts after it
     return False
 
 

@@ -7,6 +7,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kernel_kit import (  # noqa: F401 (fixtures)
     COMPILED,
     DUMPS_VECTORS,
@@ -136,3 +138,49 @@ def test_twins_loads_agree(text: Any) -> None:
 def test_loads_rejects_invalid(impl: SimpleNamespace, text: str) -> None:
     with pytest.raises(ValueError):
         impl.loads(text)
+
+
+# Where a long number sits in the text. Numbers of 19 digits and more go to
+# the stdlib (orjson reads an integer beyond 64 bits as a lossy float,
+# silently); the compiled scan reads only every 19th character until it
+# meets a digit, so a number is tried at every offset around those
+# positions, beside runs one digit short and inside text of other widths.
+_BIG = 2**64 + 7  # 20 digits: a float if orjson read it
+
+
+def _long_number_texts() -> list[str]:
+    texts = []
+    for lead in range(0, 42):
+        for fill in ("a", "1", "\u00e9", "\u4e2d", "\U0001f600"):
+            pad = json.loads(f'"{fill}"') * lead
+            texts.append(f'["{pad}",{_BIG}]')
+            texts.append(f'["{pad}",{10**18 - 1},{_BIG}]')  # an 18-digit run before it
+            texts.append(f'["{pad}",{_BIG},"{pad}"]')
+    for digits in (18, 19, 20, 37, 38, 39):
+        n = int("9" * digits)
+        texts += [str(n), f"[{n}]", f"[1,{n},2]", f'{{"{"5" * 18}":{n}}}']
+    return texts
+
+
+@pytest.mark.parametrize("text", _long_number_texts())
+def test_loads_long_numbers_at_every_offset(impl: SimpleNamespace, text: str) -> None:
+    assert repr(impl.loads(text)) == repr(json.loads(text))
+
+
+# Text with digits and numbers of every length in random places.
+_pieces = st.one_of(
+    st.integers(min_value=-(10**45), max_value=10**45).map(str),
+    st.text(alphabet="0123456789", min_size=1, max_size=45).map(lambda d: json.dumps(d)),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30).map(json.dumps),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+)
+
+
+@settings(max_examples=500, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pieces=st.lists(_pieces, max_size=12))
+def test_loads_property_matches_stdlib(pieces: list[str]) -> None:
+    text = "[" + ",".join(pieces) + "]"
+    want = repr(json.loads(text))
+    assert repr(PURE["jsoncodec"].loads(text)) == want
+    if COMPILED is not None:
+        assert repr(COMPILED["jsoncodec"].loads(text)) == want
