@@ -3,6 +3,7 @@
     python bench/call_timeline.py                    # 200 warm-up calls, then 50 traced
     python bench/call_timeline.py --calls 200 --show 3
     python bench/call_timeline.py --calls 100 --gap-ms 30   # calls now and then
+    python bench/call_timeline.py --calls 300 --fine        # each phase taken apart
 
 A caller in this process and a worker in a second one (the ``call_latency``
 set-up) share a database file. Every ``execute`` on either store's sqlite3
@@ -20,6 +21,12 @@ median of each phase:
     settled     the completion's UPDATE begins -> the call returns: its COMMIT
                 (on the engine's committer thread, not logged), the caller's
                 wake-up and its final read
+
+``--fine`` splits the phases further (where the worker's wake-up, its
+probe, its claim statement and its commit go; the caller's wake-up and
+reads) and also logs every poll of the worker's event loop ("EPOLL", with
+the timeout it was given in microseconds and the events it returned), so
+the loop turns a call costs are counted.
 
 The timing wrapper adds one Python call per statement in each process.
 Logs go to a temporary directory of their own: not the database's, whose
@@ -58,7 +65,7 @@ def logging_to(log: list[Entry], who: str) -> Callable[[str, float, float], None
 
 
 _WORKER = r"""
-import atexit, json, sys, time
+import asyncio, atexit, json, sys, time
 sys.path.insert(0, sys.argv[3])
 from call_timeline import logging_to
 from drain_statements import TimedConnection
@@ -78,6 +85,21 @@ async def logged(w):
     engine.conn = TimedConnection(engine.conn, logging_to(log, "w"))
 
 worker.run_beside(logged)
+if len(sys.argv) > 4 and sys.argv[4] == "fine":
+    def polls_logged(loop_select):
+        def select(timeout=None):
+            began = time.monotonic()
+            events = loop_select(timeout)
+            waited = "None" if timeout is None else str(round(timeout * 1e6))
+            log.append((began, time.monotonic(), "w", f"EPOLL {waited} {len(events)}"))
+            return events
+        return select
+
+    async def polls(w):
+        selector = asyncio.get_running_loop()._selector  # bench only: the loop's selector
+        selector.select = polls_logged(selector.select)
+
+    worker.run_beside(polls)
 atexit.register(lambda: open(sys.argv[2], "w").write(json.dumps(log)))
 worker.serve()
 """
@@ -93,13 +115,15 @@ async def traced_calls(
     log: list[Entry],
     start_logging: Callable[[], None],
     gap_s: float = 0.0,
+    worker_args: tuple[str, ...] = (),
 ) -> list[Entry]:
     """Start ``worker_code`` in a process of its own (argv: ``target``,
     ``worker_log``, this directory), warm up with ``warm_up`` calls of the
     caller ``q``, then ``start_logging()`` and time ``calls`` calls into
     ``log`` (as "CALL" entries), ``gap_s`` apart. Returns the worker's log."""
     here = os.path.dirname(os.path.abspath(__file__))
-    proc = subprocess.Popen([sys.executable, "-c", worker_code, target, worker_log, here], stdin=subprocess.DEVNULL)
+    argv = [sys.executable, "-c", worker_code, target, worker_log, here, *worker_args]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
     try:
         await q.call("echo", {}, timeout_ms=60_000)  # (also waits for the worker to start)
         for i in range(warm_up):
@@ -145,7 +169,9 @@ def report(
         print(f"  {name:<{width}} {statistics.median(p[name] for p in found):6.3f}")
 
 
-async def trace(db: str, logs: str, warm_up: int, calls: int, gap_s: float = 0.0) -> tuple[list[Entry], list[Entry]]:
+async def trace(
+    db: str, logs: str, warm_up: int, calls: int, gap_s: float = 0.0, fine: bool = False
+) -> tuple[list[Entry], list[Entry]]:
     log: list[Entry] = []
     async with client("sqlite", db) as q:
         await q.connect()
@@ -155,7 +181,8 @@ async def trace(db: str, logs: str, warm_up: int, calls: int, gap_s: float = 0.0
             engine.conn = TimedConnection(engine.conn, logging_to(log, "c"))
 
         worker = await traced_calls(
-            q, _WORKER, db, os.path.join(logs, "worker.json"), warm_up, calls, log, start_logging, gap_s
+            q, _WORKER, db, os.path.join(logs, "worker.json"), warm_up, calls, log, start_logging, gap_s,
+            ("fine",) if fine else (),
         )
     return log, worker
 
@@ -182,17 +209,58 @@ def phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
     }
 
 
+def fine_phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
+    """``phases`` taken apart (ms), and the worker's loop polls in the call."""
+    try:
+        insert = next(e for e in during if e[2] == "c" and e[3].startswith("insert"))
+        after = [e for e in during if e[0] >= insert[1]]
+        probe = next(e for e in after if e[2] == "w" and e[3].startswith("select"))
+        looks = [e for e in after if e[2] == "w" and e[3].startswith("pragma") and e[0] <= probe[0]]
+        begin = next(e for e in after if e[2] == "w" and e[3].startswith("BEGIN"))
+        updates = [e for e in during if e[2] == "w" and e[3].startswith("update")]
+        claim, complete = updates[0], updates[1]
+        commit = next(e for e in during if e[2] == "w" and e[3] == "COMMIT" and e[0] >= claim[1])
+        handler = next(e for e in during if e[3] == "HANDLER")
+    except (StopIteration, IndexError):
+        return None
+    seen = looks[-1][1] if looks else probe[0]  # the worker's look that saw the insert
+    reads = [e for e in during if e[2] == "c" and e[3].startswith("select") and e[0] >= complete[1]]
+    caller_reads = reads[0][0] if reads else call[1]
+    polls = [e for e in during if e[3].startswith("EPOLL")]
+    ms = 1000
+    return {
+        "insert (its commit included)": (insert[1] - insert[0]) * ms,
+        "-> the worker's look that saw it": (seen - insert[1]) * ms,
+        "-> its probe": (probe[0] - seen) * ms,
+        "the probe": (probe[1] - probe[0]) * ms,
+        "-> BEGIN IMMEDIATE": (begin[0] - probe[1]) * ms,
+        "-> the claim UPDATE": (claim[0] - begin[1]) * ms,
+        "the claim UPDATE": (claim[1] - claim[0]) * ms,
+        "-> its COMMIT (rows, plan, stamp)": (commit[0] - claim[1]) * ms,
+        "the COMMIT": (commit[1] - commit[0]) * ms,
+        "-> the handler": (handler[0] - commit[1]) * ms,
+        "-> the completion UPDATE": (complete[0] - handler[0]) * ms,
+        "the completion UPDATE": (complete[1] - complete[0]) * ms,
+        "-> the caller's first read after it": (caller_reads - complete[1]) * ms,
+        "the caller's reads": (call[1] - caller_reads) * ms,
+        "the call": (call[1] - call[0]) * ms,
+        "worker loop polls (count)": float(len(polls)),
+        "  of which returned events": float(sum(1 for e in polls if not e[3].endswith(" 0"))),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--warm-up", type=int, default=200)
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--show", type=int, default=2, help="print the full timeline of this many calls")
     parser.add_argument("--gap-ms", type=float, default=0, help="between the traced calls (default: none)")
+    parser.add_argument("--fine", action="store_true", help="finer phases, and the worker's loop polls")
     args = parser.parse_args()
     db = os.path.join(tempfile.mkdtemp(prefix="cairnq-timeline-db-"), "call.db")
     logs = tempfile.mkdtemp(prefix="cairnq-timeline-logs-")
-    caller, worker = asyncio.run(trace(db, logs, args.warm_up, args.calls, args.gap_ms / 1000))
-    report(caller, worker, args.show, phases)
+    caller, worker = asyncio.run(trace(db, logs, args.warm_up, args.calls, args.gap_ms / 1000, args.fine))
+    report(caller, worker, args.show, fine_phases if args.fine else phases)
 
 
 if __name__ == "__main__":
