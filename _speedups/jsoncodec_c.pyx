@@ -109,10 +109,11 @@ cdef inline bint _digit_at(str text, Py_ssize_t i):
 cdef bint _has_long_digit_run(str text):
     """A run of 19+ ASCII digits: a number orjson might not read exactly.
 
-    Any 19 consecutive positions hold exactly one multiple of 19 past a
-    non-digit, so only every 19th character is read until one is a digit;
-    then that digit's run is measured and the stride goes on past its end.
-    (About 1 read in 19 on ordinary text, instead of every character.)"""
+    Only every 19th character is read (each 19 past the last one known to
+    be no digit), and any 19 positions in a row include one of them; where
+    one is a digit, its whole run is measured and the stride goes on from
+    the run's end. About one read in 19 on ordinary text, not one a
+    character."""
     cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
     cdef Py_ssize_t i = _RUN - 1, lo, hi
     while i < n:
