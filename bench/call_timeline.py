@@ -26,7 +26,9 @@ median of each phase:
 probe, its claim statement and its commit go; the caller's wake-up and
 reads) and also logs every poll of the worker's event loop ("EPOLL", with
 the timeout it was given in microseconds and the events it returned), so
-the loop turns a call costs are counted.
+the loop turns a call costs are counted; then the same statements run in a
+bare loop on one connection (``bare_statements``), to read the traced ones
+against.
 
 The timing wrapper adds one Python call per statement in each process.
 Logs go to a temporary directory of their own: not the database's, whose
@@ -187,8 +189,10 @@ async def trace(
     return log, worker
 
 
-def phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
-    """One call's phases (ms), or None when its timeline is not the usual one."""
+def _landmarks(during: list[Entry]) -> tuple[Entry, Entry, Entry, Entry, Entry] | None:
+    """The caller's insert, the worker's claim UPDATE, its COMMIT, the
+    handler and the completion UPDATE of one call; None when its timeline is
+    not the usual one."""
     try:
         insert = next(e for e in during if e[2] == "c" and e[3].startswith("insert"))
         updates = [e for e in during if e[2] == "w" and e[3].startswith("update")]
@@ -197,6 +201,15 @@ def phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
         handler = next(e for e in during if e[3] == "HANDLER")
     except (StopIteration, IndexError):
         return None
+    return insert, claim, commit, handler, complete
+
+
+def phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
+    """One call's phases (ms), or None when its timeline is not the usual one."""
+    found = _landmarks(during)
+    if found is None:
+        return None
+    insert, claim, commit, handler, complete = found
     ms = 1000
     return {
         "submit": (insert[1] - insert[0]) * ms,
@@ -211,18 +224,17 @@ def phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
 
 def fine_phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
     """``phases`` taken apart (ms), and the worker's loop polls in the call."""
-    try:
-        insert = next(e for e in during if e[2] == "c" and e[3].startswith("insert"))
-        after = [e for e in during if e[0] >= insert[1]]
-        probe = next(e for e in after if e[2] == "w" and e[3].startswith("select"))
-        looks = [e for e in after if e[2] == "w" and e[3].startswith("pragma") and e[0] <= probe[0]]
-        begin = next(e for e in after if e[2] == "w" and e[3].startswith("BEGIN"))
-        updates = [e for e in during if e[2] == "w" and e[3].startswith("update")]
-        claim, complete = updates[0], updates[1]
-        commit = next(e for e in during if e[2] == "w" and e[3] == "COMMIT" and e[0] >= claim[1])
-        handler = next(e for e in during if e[3] == "HANDLER")
-    except (StopIteration, IndexError):
+    found = _landmarks(during)
+    if found is None:
         return None
+    insert, claim, commit, handler, complete = found
+    after = [e for e in during if e[0] >= insert[1]]
+    try:
+        probe = next(e for e in after if e[2] == "w" and e[3].startswith("select"))
+        begin = next(e for e in after if e[2] == "w" and e[3].startswith("BEGIN"))
+    except StopIteration:
+        return None
+    looks = [e for e in after if e[2] == "w" and e[3].startswith("pragma") and e[0] <= probe[0]]
     seen = looks[-1][1] if looks else probe[0]  # the worker's look that saw the insert
     reads = [e for e in during if e[2] == "c" and e[3].startswith("select") and e[0] >= complete[1]]
     caller_reads = reads[0][0] if reads else call[1]
@@ -249,6 +261,55 @@ def fine_phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
     }
 
 
+def bare_statements(db: str, n: int, gap_s: float) -> dict[str, float]:
+    """The worker's statements of a call in a bare loop on one connection (no
+    SDK, no second process, the store's durability): insert a task, then
+    BEGIN IMMEDIATE, the claim of one row, COMMIT, then its completion in a
+    transaction of its own (as the worker's batch is); ``n`` times after 200
+    warm-up rounds, ``gap_s`` apart. Medians (ms) of each statement's
+    ``execute``, timed as the traced ones are."""
+    import floors
+
+    floors._fresh_schema("sqlite", db)
+    insert, claim, complete = (
+        floors._statement("sqlite", name) for name in ("insert_task", "claim_one_queue_one_name", "complete")
+    )
+    conn = floors._sqlite_floor_conn(db)
+    timed: dict[str, list[float]] = {
+        "the claim UPDATE": [], "its COMMIT": [], "the completion UPDATE": [], "its COMMIT ": [],
+    }  # fmt: skip
+    try:
+        for i in range(-200, n):
+            now = int(time.time() * 1000)
+            conn.execute(insert, dict(floors._submit_row(i + 200), name="echo", run_at_ms=now, now_ms=now))
+            conn.execute("BEGIN IMMEDIATE")
+            began = time.perf_counter()
+            cur = conn.execute(claim, {
+                "worker_id": "bare", "lease_until_ms": now + 30_000, "now_ms": now,
+                "queue": "default", "name": "echo", "limit": 4,
+            })  # fmt: skip
+            claimed = time.perf_counter()
+            (row,) = cur.fetchall()
+            committing = time.perf_counter()
+            conn.execute("COMMIT")
+            committed = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")  # (the worker's completion is a batch's transaction)
+            completing = time.perf_counter()
+            conn.execute(complete, {"id": row[0], "result": "{}", "worker_id": "bare", "now_ms": now}).fetchall()
+            completed = time.perf_counter()
+            conn.execute("COMMIT")
+            if i >= 0:
+                timed["the claim UPDATE"].append(claimed - began)
+                timed["its COMMIT"].append(committed - committing)
+                timed["the completion UPDATE"].append(completed - completing)
+                timed["its COMMIT "].append(time.perf_counter() - completed)
+            if gap_s:
+                time.sleep(gap_s)
+    finally:
+        conn.close()
+    return {name: statistics.median(samples) * 1000 for name, samples in timed.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--warm-up", type=int, default=200)
@@ -261,6 +322,15 @@ def main() -> None:
     logs = tempfile.mkdtemp(prefix="cairnq-timeline-logs-")
     caller, worker = asyncio.run(trace(db, logs, args.warm_up, args.calls, args.gap_ms / 1000, args.fine))
     report(caller, worker, args.show, fine_phases if args.fine else phases)
+    if args.fine:
+        # The statements alone, for the traced ones to be read against: one
+        # loop back to back, one with a call's pause between rounds (its
+        # worker sleeps between calls, its caches cool).
+        for gap_s in (0.0, 0.001):
+            bare = bare_statements(os.path.join(tempfile.mkdtemp(prefix="cairnq-bare-"), "bare.db"), 1000, gap_s)
+            print(f"\nthe same statements in a bare loop, {gap_s * 1000:g} ms apart (ms, medians of 1,000):")
+            for name, ms in bare.items():
+                print(f"  {name:<22} {ms:6.3f}")
 
 
 if __name__ == "__main__":
