@@ -24,11 +24,12 @@ median of each phase:
 
 ``--fine`` splits the phases further (where the worker's wake-up, its
 probe, its claim statement and its commit go; the caller's wake-up and
-reads) and also logs every poll of the worker's event loop ("EPOLL", with
-the timeout it was given in microseconds and the events it returned), so
-the loop turns a call costs are counted; then the same statements run in a
-bare loop on one connection (``bare_statements``), to read the traced ones
-against.
+reads; the steps from the claim's COMMIT to the handler, marked in the
+worker's private methods) and also logs every poll of the worker's event
+loop ("EPOLL", with the timeout it was given in microseconds and the events
+it returned), so the loop turns a call costs are counted; then the same
+statements run in a bare loop on one connection (``bare_statements``), to
+read the traced ones against.
 
 The timing wrapper adds one Python call per statement in each process.
 Logs go to a temporary directory of their own: not the database's, whose
@@ -97,9 +98,31 @@ if len(sys.argv) > 4 and sys.argv[4] == "fine":
             return events
         return select
 
+    def marked(what, fn):
+        def step(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            now = time.monotonic()
+            log.append((now, now, "w", what))
+            return out
+        return step
+
+    def claim_marked(claim):
+        async def step(*args, **kwargs):
+            out = await claim(*args, **kwargs)
+            now = time.monotonic()
+            log.append((now, now, "w", "CLAIMED"))
+            return out
+        return step
+
     async def polls(w):
         selector = asyncio.get_running_loop()._selector  # bench only: the loop's selector
         selector.select = polls_logged(selector.select)
+        # Marks after the claim's COMMIT (bench only: private steps): the
+        # engine's gate released, the claim back in the claim loop, its
+        # calls dispatched.
+        w.store._engine._release_gate = marked("GATE RELEASED", w.store._engine._release_gate)
+        w._port.claim = claim_marked(w._port.claim)
+        w._dispatch = marked("DISPATCHED", w._dispatch)
 
     worker.run_beside(polls)
 atexit.register(lambda: open(sys.argv[2], "w").write(json.dumps(log)))
@@ -235,6 +258,13 @@ def fine_phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
     except StopIteration:
         return None
     looks = [e for e in after if e[2] == "w" and e[3].startswith("pragma") and e[0] <= probe[0]]
+    try:
+        released = next(e for e in during if e[3] == "GATE RELEASED" and e[0] >= commit[1])
+        claimed = next(e for e in during if e[3] == "CLAIMED" and e[0] >= released[0])
+        dispatched = next(e for e in during if e[3] == "DISPATCHED" and e[0] >= claimed[0])
+        poll = next(e for e in during if e[3].startswith("EPOLL") and e[0] >= dispatched[0])
+    except StopIteration:
+        return None
     seen = looks[-1][1] if looks else probe[0]  # the worker's look that saw the insert
     reads = [e for e in during if e[2] == "c" and e[3].startswith("select") and e[0] >= complete[1]]
     caller_reads = reads[0][0] if reads else call[1]
@@ -251,6 +281,11 @@ def fine_phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
         "-> its COMMIT (rows, plan, stamp)": (commit[0] - claim[1]) * ms,
         "the COMMIT": (commit[1] - commit[0]) * ms,
         "-> the handler": (handler[0] - commit[1]) * ms,
+        "  -> the engine's gate released": (released[0] - commit[1]) * ms,
+        "  -> the claim back in the claim loop": (claimed[0] - released[0]) * ms,
+        "  -> its calls dispatched": (dispatched[0] - claimed[0]) * ms,
+        "  -> the loop's next poll": (poll[0] - dispatched[0]) * ms,
+        "  the poll, and on to the handler": (handler[0] - poll[0]) * ms,
         "-> the completion UPDATE": (complete[0] - handler[0]) * ms,
         "the completion UPDATE": (complete[1] - complete[0]) * ms,
         "-> the caller's first read after it": (caller_reads - complete[1]) * ms,
