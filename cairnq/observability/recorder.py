@@ -13,9 +13,11 @@ import asyncio
 import os
 import time
 from bisect import bisect_left
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Awaitable, Callable, Optional, TypeVar
 
 from cairnq import events
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from cairnq.worker import Worker
@@ -208,7 +210,7 @@ class Recorder:
         file = _DatabaseFile.of(worker.store)
         while not self._closed:
             try:
-                stats = await asyncio.wait_for(worker.store.stats(), timeout=max(1.0, interval))
+                stats = await _within(worker.store.stats(), max(1.0, interval))
                 if file is not None:
                     file.check()
             except asyncio.CancelledError:
@@ -224,6 +226,24 @@ class Recorder:
                 self.sampled_at = time.monotonic()
                 self.sample_error = None
             await asyncio.sleep(interval)
+
+
+async def _within(read: Awaitable[T], timeout_s: float) -> T:
+    """``read``'s value, or asyncio.TimeoutError after ``timeout_s``. Not
+    ``asyncio.wait_for``: on Python 3.10 and 3.11 a cancellation that lands as
+    the awaited read finishes is swallowed there (its value is handed back
+    instead), and the sampler, cancelled by its worker on the way out, would
+    sample on and hold the worker's ``run()`` open for good."""
+    task = asyncio.ensure_future(read)
+    try:
+        done, _ = await asyncio.wait((task,), timeout=timeout_s)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        raise asyncio.TimeoutError  # (TimeoutError itself from 3.11 on)
+    return task.result()
 
 
 class DatabaseFileGone(Exception):

@@ -265,3 +265,76 @@ async def test_healthz_follows_the_database_away_and_back(backend) -> None:
             await eventually(lambda: health_is(200), timeout=30, what="200 once back")
     finally:
         server.close()
+
+
+async def test_a_cancel_that_lands_as_a_sample_finishes_still_ends_the_sampler(backend) -> None:
+    """The queue-depth sampler runs beside the worker, which cancels it on
+    its way out. A cancellation that arrived just as a stats() read finished
+    was lost (asyncio.wait_for on 3.10 and 3.11 hands back the result
+    instead), and the sampler went on sampling: the worker's run() never
+    returned (seen in CI as a CLI worker that did not exit after SIGTERM)."""
+    from cairnq.observability.recorder import Recorder
+
+    w = backend.worker()
+    recorder = Recorder(w, sample_interval_s=0.01)
+    store = w.store
+    reads = 0
+    sampler: asyncio.Future[None] | None = None
+    real_stats = store.stats
+
+    async def stats_cancelled_as_it_finishes() -> Any:
+        nonlocal reads
+        reads += 1
+        result = await real_stats()
+        if reads == 1:
+            assert sampler is not None
+            sampler.cancel()  # lands while this read is returning its value
+        return result
+
+    store.stats = stats_cancelled_as_it_finishes  # type: ignore[method-assign]
+    sampler = asyncio.ensure_future(recorder.sample(w))
+    try:
+        done, _ = await asyncio.wait({sampler}, timeout=5)
+        assert sampler in done, f"the sampler went on after its cancellation ({reads} reads)"
+        assert sampler.cancelled()
+        assert reads == 1
+    finally:
+        recorder.stop()
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+        await store.close()
+
+
+async def test_a_stats_read_that_hangs_is_reported_and_left_behind(backend) -> None:
+    """A stats() read that does not answer within the sampler's timeout (1 s
+    at least) is cancelled and reported on /healthz as timed out; the sampler
+    goes on, and its own cancellation still ends it."""
+    from cairnq.observability.recorder import Recorder
+
+    w = backend.worker()
+    recorder = Recorder(w, sample_interval_s=0.01)
+    never = asyncio.Event()
+    reads: list[asyncio.Task[Any] | None] = []
+
+    async def stats_that_hangs() -> Any:
+        reads.append(asyncio.current_task())
+        await never.wait()
+
+    w.store.stats = stats_that_hangs  # type: ignore[method-assign]
+    sampler = asyncio.ensure_future(recorder.sample(w))
+    try:
+        await eventually(lambda: _async(recorder.sample_error == "stats() timed out"), what="a timed-out sample")
+        first = reads[0]
+        assert first is not None and first.cancelled()  # the hung read was not left running
+        sampler.cancel()
+        done, _ = await asyncio.wait({sampler}, timeout=5)
+        assert sampler in done and sampler.cancelled()
+    finally:
+        recorder.stop()
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+        await w.store.close()
+
+
+async def _async(value: Any) -> Any:
+    return value
