@@ -238,12 +238,19 @@ async def _within(read: Awaitable[T], timeout_s: float) -> T:
     try:
         done, _ = await asyncio.wait((task,), timeout=timeout_s)
     except asyncio.CancelledError:
-        task.cancel()
+        await _cancelled(task)
         raise
     if not done:
-        task.cancel()
+        await _cancelled(task)
         raise asyncio.TimeoutError  # (TimeoutError itself from 3.11 on)
     return task.result()
+
+
+async def _cancelled(task: "asyncio.Future[T]") -> None:
+    """Cancel ``task`` and wait for it to end, as ``wait_for`` does: the read
+    is over (its connection given back) before the sampler goes on or ends."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 class DatabaseFileGone(Exception):
