@@ -18,7 +18,7 @@ import os
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-KERNELS = ("rows_c", "jsoncodec_c", "beats_c", "backoff_c", "ids_c")
+KERNELS = ("rows_c", "jsoncodec_c", "beats_c", "backoff_c", "ids_c", "steps_c")
 
 
 class OptionalBuildExt(build_ext):

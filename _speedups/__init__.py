@@ -8,6 +8,8 @@ Each kernel has a pure-Python twin held to the same test vectors:
     beats       batch heartbeat id marshalling          beats_c.pyx     / beats.py
     backoff     retry backoff with equal jitter         backoff_c.pyx   / backoff.py
     ids         ULID task and worker ids                ids_c.pyx       / ids.py
+    steps       a coroutine's step, its return value    steps_c.pyx     / steps.py
+                without a StopIteration
 
 ``IMPLEMENTATION`` says which set is active ("cython" or "python"); it is also
 exported as ``cairnq.SPEEDUPS``. Set ``CAIRNQ_PURE_PYTHON=1`` before importing
@@ -24,6 +26,7 @@ from cairnq._speedups import beats as _beats_py
 from cairnq._speedups import ids as _ids_py
 from cairnq._speedups import jsoncodec as _json_py
 from cairnq._speedups import rows as _rows_py
+from cairnq._speedups import steps as _steps_py
 
 __all__ = [
     "IMPLEMENTATION",
@@ -38,6 +41,7 @@ __all__ = [
     "decode_beats",
     "retry_delay_ms",
     "new_ulid",
+    "send",
     "compiled",
     "pure",
 ]
@@ -45,7 +49,7 @@ __all__ = [
 
 def _load_compiled() -> dict[str, ModuleType] | None:
     try:
-        from cairnq._speedups import backoff_c, beats_c, ids_c, jsoncodec_c, rows_c
+        from cairnq._speedups import backoff_c, beats_c, ids_c, jsoncodec_c, rows_c, steps_c
     except ImportError:
         return None
     return {
@@ -54,6 +58,7 @@ def _load_compiled() -> dict[str, ModuleType] | None:
         "beats": beats_c,
         "backoff": backoff_c,
         "ids": ids_c,
+        "steps": steps_c,
     }
 
 
@@ -64,6 +69,7 @@ pure: dict[str, ModuleType] = {
     "beats": _beats_py,
     "backoff": _backoff_py,
     "ids": _ids_py,
+    "steps": _steps_py,
 }
 #: The compiled kernels, or None when they were not built (no compiler at install).
 compiled = _load_compiled()
@@ -83,6 +89,7 @@ encode_ids = _beats_py.encode_ids
 decode_beats = _beats_py.decode_beats
 retry_delay_ms = _backoff_py.retry_delay_ms
 new_ulid = _ids_py.new_ulid
+send = _steps_py.send
 if IMPLEMENTATION == "cython":
     assert compiled is not None
     decode_task = compiled["rows"].decode_task
@@ -96,3 +103,4 @@ if IMPLEMENTATION == "cython":
     decode_beats = compiled["beats"].decode_beats
     retry_delay_ms = compiled["backoff"].retry_delay_ms
     new_ulid = compiled["ids"].new_ulid
+    send = compiled["steps"].send

@@ -105,3 +105,18 @@ def test_fill_claimed_rows(benchmark, impl: str) -> None:
     fill_rows = kernels(impl)["rows"].fill_rows
     template, sources = fill.args
     assert len(benchmark(fill_rows, template, sources, bound, rows)) == 64
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_first_step_of_a_handler_that_returns(benchmark, impl: str) -> None:
+    # What the worker does for a call's first step: the handler's coroutine
+    # made and stepped once, to its return value.
+    send = kernels(impl)["steps"].send
+
+    async def handler(ctx, payload):
+        return None
+
+    def first_step():
+        return send(handler(None, None), None)
+
+    assert benchmark(first_step) == (True, None)

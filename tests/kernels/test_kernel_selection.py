@@ -37,6 +37,7 @@ def test_active_kernels_match_flag() -> None:
     assert _speedups.retry_delay_ms is active["backoff"].retry_delay_ms
     assert _speedups.new_ulid is active["ids"].new_ulid
     assert _speedups.loads is active["jsoncodec"].loads
+    assert _speedups.send is active["steps"].send
 
 
 def _run_flag(value: str | None) -> str:

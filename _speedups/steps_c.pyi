@@ -1,0 +1,3 @@
+from typing import Any, Coroutine
+
+def send(coro: Coroutine[Any, Any, Any], value: Any) -> tuple[bool, Any]: ...
