@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
-from cairnq.context import TaskContext, left_to_write
-from cairnq.errors import SerializationError
+from cairnq.context import TaskContext, left_to_write, mark_completed
+from cairnq.errors import LostLease, SerializationError
 from cairnq.models import Task
-from cairnq.worker.completions import Outcome
+from cairnq.worker.completions import Completions
 from cairnq.worker.execution import CallSettings, tell_completed
 from cairnq.worker.quick import QuickCall
 from cairnq.worker.registry import Registration
@@ -32,8 +32,6 @@ if TYPE_CHECKING:
     from cairnq.worker.signals import Signal
 
 __all__ = ["CallBook", "Hold", "QuickHold"]
-
-CompleteLater = Callable[[str, Any, Outcome], None]
 
 
 class CallBook:
@@ -57,9 +55,9 @@ class CallBook:
         self.heartbeats: Optional[Heartbeats] = None
         self._no_calls: Optional[asyncio.Event] = None
 
-    def slot_freed(self) -> None:
-        """A handler is done: its concurrency slot is free."""
-        self.running -= 1
+    def slot_freed(self, count: int = 1) -> None:
+        """A handler is done (``count`` of them): its concurrency slot is free."""
+        self.running -= count
         if self.call_done is not None:
             self.call_done.set()
 
@@ -155,24 +153,35 @@ class Hold:
 class QuickHold:
     """The hold the quick calls of one claim share (``quick.QuickGroup``):
     one entry among the calls in flight for all of them, given up once each
-    of them is settled or promoted (to a ``Hold`` of its own)."""
+    of them is settled or promoted (to a ``Hold`` of its own).
 
-    __slots__ = ("_book", "settings", "_complete_later", "_queue_first", "task", "_running", "_left")
+    The calls that return in one step of their task are let go together at
+    its end (``flush``): one group of completions, one count of freed slots,
+    and once written, one pass that marks their contexts and lets their
+    leases go."""
 
-    def __init__(
-        self, book: CallBook, settings: CallSettings, complete_later: CompleteLater, queue_first: bool
-    ) -> None:
+    __slots__ = (
+        "_book", "settings", "_completions", "_queue_first", "task", "_running", "_left",
+        "_ids", "_results", "_contexts",
+    )  # fmt: skip
+
+    def __init__(self, book: CallBook, settings: CallSettings, completions: Completions, queue_first: bool) -> None:
         self._book = book
         self.settings = settings
-        self._complete_later = complete_later
-        # Which goes first when a handler returns (``queue_first``): where
-        # deferred writes ride with the next claim (SQLite), the completion,
-        # so the claim the freed slot wakes carries it; elsewhere the slot,
+        self._completions = completions
+        # Which goes first when handlers returned (``queue_first``): where
+        # deferred writes ride with the next claim (SQLite), the completions,
+        # so the claim the freed slots wake carries them; elsewhere the slots,
         # so the claim goes out ahead of the write (as run_call frees it).
         self._queue_first = queue_first
         self.task: Optional[asyncio.Task[None]] = None  # (StartedHold's: set by the starter)
-        self._running = 0  # calls whose handler has not returned
+        self._running = 0  # calls whose handler has not returned (or whose return is not flushed)
         self._left = 0  # calls not settled
+        # The calls that returned since the last flush: their task ids, results
+        # (JSON text or None) and contexts, in step.
+        self._ids: list[str] = []
+        self._results: list[Optional[str]] = []
+        self._contexts: list[TaskContext] = []
 
     def add(self, reg: Registration, task: Task, ctx: TaskContext) -> QuickCall:
         """A call of this claim that starts quick (counted by the caller in
@@ -194,23 +203,33 @@ class QuickHold:
         """(As ``handler_done``.)"""
 
     def returned(self, call: QuickCall, value: Any) -> bool:
-        if not left_to_write(call.ctx):
+        ctx = call.ctx
+        if not left_to_write(ctx):
             self._handler_done()
             self._settle(call)
             return True
-        queue_first = self._queue_first
-        if not queue_first:
-            self._handler_done()
         try:
-            self._complete_later(call.task.id, value, partial(self._told, call))
+            result = None if value is None else self._completions.encode(value)
         except SerializationError:
-            if not queue_first:  # promoted, it counts again until its hold's handler_done
-                self._running += 1
-                self._book.running += 1
             return False
-        if queue_first:
-            self._handler_done()
+        self._ids.append(call.task.id)
+        self._results.append(result)
+        self._contexts.append(ctx)
         return True
+
+    def flush(self) -> None:
+        contexts = self._contexts
+        if not contexts:
+            return
+        ids, results = self._ids, self._results
+        self._ids, self._results, self._contexts = [], [], []
+        written = partial(self._written, ids, contexts)
+        if self._queue_first:
+            self._completions.complete_group(ids, results, written)
+            self._handler_done(len(contexts))
+        else:
+            self._handler_done(len(contexts))
+            self._completions.complete_group(ids, results, written)
 
     def promoted(self, call: QuickCall) -> Hold:
         self._running -= 1  # (the book's count goes on, in the new hold's)
@@ -229,18 +248,40 @@ class QuickHold:
         self._handler_done()
         self._settle(call)
 
-    def _handler_done(self) -> None:
-        self._running -= 1
+    def _handler_done(self, count: int = 1) -> None:
+        self._running -= count
         if not self._running:
             self.task = None  # (let the task go as soon as it ends: ``Hold.handler_done``)
-        self._book.slot_freed()
+        self._book.slot_freed(count)
 
-    def _told(self, call: QuickCall, status: Optional[str], exc: Optional[BaseException]) -> None:
-        """Its completion was written (or refused)."""
+    def _written(
+        self,
+        ids: list[str],
+        contexts: list[TaskContext],
+        settled: Optional[Mapping[str, str]],
+        exc: Optional[BaseException],
+    ) -> None:
+        """The completions of a flush were written (``settled``: the final
+        status of each task settled) or refused (``exc``)."""
         try:
-            tell_completed(self.settings, call.ctx, status, exc)
+            if settled is not None:
+                get = settled.get
+                for task_id, ctx in zip(ids, contexts):
+                    status = get(task_id)
+                    if status is not None:
+                        mark_completed(ctx, status)
+                    else:
+                        tell_completed(self.settings, ctx, None, LostLease(task_id))
+            else:
+                for ctx in contexts:
+                    tell_completed(self.settings, ctx, None, exc)
         finally:
-            self._settle(call)
+            book = self._book
+            if book.heartbeats is not None:
+                book.heartbeats.release_each(contexts, ids)
+            self._left -= len(ids)
+            if not self._left:
+                book.forget(self)
 
     def _settle(self, call: QuickCall) -> None:
         """Nothing is left to write for ``call``: its lease goes."""

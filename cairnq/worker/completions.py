@@ -7,38 +7,47 @@ A drain thus writes one completion statement per poll instead of one per
 task. Per task the outcome is exactly ``complete``'s: succeeded, or canceled
 where a cancel won, or LostLease.
 
-Two ways in: ``complete`` (awaitable, for a caller that goes on afterwards)
-and ``complete_later`` (a callback with the outcome, for a call that has
-nothing left to do: its task ends at once instead of waiting for the write,
-which saves a future, a wake-up and a task step per task).
+Three ways in: ``complete`` (awaitable, for a caller that goes on
+afterwards), ``complete_later`` (a callback with the outcome, for a call
+that has nothing left to do: its task ends at once instead of waiting for
+the write, which saves a future, a wake-up and a task step per task), and
+``complete_group`` (one callback for many tasks, their results encoded
+already: the quick calls of a claim, ``book.QuickHold``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from cairnq.errors import LostLease
 
 if TYPE_CHECKING:
     from cairnq.store.ports import WorkerPort
 
-__all__ = ["Completions", "Outcome"]
+__all__ = ["Completions", "GroupOutcome", "Outcome"]
 
 # Told of the settlement: (final status, None) or (None, the exception:
 # LostLease, or whatever the write raised).
 Outcome = Callable[[Optional[str], Optional[BaseException]], None]
+# Told of a group's settlement: ({task id: final status} for the tasks
+# settled, None), where a group's id missing from it lost its lease; or
+# (None, the exception the write raised).
+GroupOutcome = Callable[[Optional[Mapping[str, str]], Optional[BaseException]], None]
 
 
 class Completions:
     def __init__(self, port: WorkerPort) -> None:
         self._port = port
-        # What the next settlement takes, as three lists in step (task ids,
-        # their results as JSON text or None, who is told): no tuple per task,
-        # and the ids and results go to the statement as they are.
+        # What the next settlement takes: the task ids and their results as
+        # JSON text or None, in step, as the statement takes them; who is told
+        # of each task queued alone (its id and its callback, in step: no
+        # tuple per task), and of each group.
         self._ids: list[str] = []
         self._results: list[Optional[str]] = []
+        self._told_ids: list[str] = []
         self._told: list[Outcome] = []
+        self._groups: list[GroupOutcome] = []
         self._pending: Optional[asyncio.Task[None]] = None  # a settlement not yet begun
         self._writing = 0  # statements on their way
         # Told when a settlement ends: the next one's list (it takes what is
@@ -61,13 +70,31 @@ class Completions:
         result_json = None if result is None else self._port.encode(result)
         self._ids.append(task_id)
         self._results.append(result_json)
+        self._told_ids.append(task_id)
         self._told.append(told)
         if self._pending is None:
-            # The task's first step runs on the loop's next turn, after every
-            # handler that returns in this one: it takes all their completions.
-            self._writing += 1
-            self._pending = asyncio.get_running_loop().create_task(self._settle())
-            self._pending.add_done_callback(self._ended)
+            self._begin()
+
+    def complete_group(self, task_ids: list[str], results_json: list[Optional[str]], told: GroupOutcome) -> None:
+        """Queue the completions of ``task_ids`` with their results, JSON text
+        from ``encode`` (or None), in step; ``told`` runs once they are
+        written (or refused)."""
+        self._ids += task_ids
+        self._results += results_json
+        self._groups.append(told)
+        if self._pending is None:
+            self._begin()
+
+    def encode(self, result: Any) -> str:
+        """``result`` as the store writes it (SerializationError otherwise)."""
+        return self._port.encode(result)
+
+    def _begin(self) -> None:
+        # The task's first step runs on the loop's next turn, after every
+        # handler that returns in this one: it takes all their completions.
+        self._writing += 1
+        self._pending = asyncio.get_running_loop().create_task(self._settle())
+        self._pending.add_done_callback(self._ended)
 
     @property
     def idle(self) -> bool:
@@ -102,13 +129,16 @@ class Completions:
             self._pending = None
             self._writing -= 1
             ended, self._next_told = self._next_told, []
-            for told in self._take()[2]:
+            _, _, _, tolds, groups = self._take()
+            for told in tolds:
                 told(None, asyncio.CancelledError())
+            for group in groups:
+                group(None, asyncio.CancelledError())
             _call_all(ended)
 
     async def _settle(self) -> None:
         self._pending = None
-        ids, results, tolds = self._take()
+        ids, results, told_ids, tolds, groups = self._take()
         ended, self._next_told = self._next_told, []
         self._on_way[id(ended)] = ended
         try:
@@ -121,25 +151,31 @@ class Completions:
             except BaseException as exc:
                 for told in tolds:
                     told(None, exc)
+                for group in groups:
+                    group(None, exc)
                 if not isinstance(exc, Exception):
                     raise
                 return
             get = settled.get
-            for task_id, told in zip(ids, tolds):
+            for task_id, told in zip(told_ids, tolds):
                 status = get(task_id)
                 if status is None:
                     told(None, LostLease(task_id))
                 else:
                     told(status, None)
+            for group in groups:
+                group(settled, None)
         finally:
             self._writing -= 1
             del self._on_way[id(ended)]
             _call_all(ended)
 
-    def _take(self) -> tuple[list[str], list[Optional[str]], list[Outcome]]:
+    def _take(
+        self,
+    ) -> tuple[list[str], list[Optional[str]], list[str], list[Outcome], list[GroupOutcome]]:
         """What is queued, and a fresh queue for what comes next."""
-        taken = self._ids, self._results, self._told
-        self._ids, self._results, self._told = [], [], []
+        taken = self._ids, self._results, self._told_ids, self._told, self._groups
+        self._ids, self._results, self._told_ids, self._told, self._groups = [], [], [], [], []
         return taken
 
 

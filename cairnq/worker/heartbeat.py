@@ -57,6 +57,13 @@ class Heartbeats:
         if self._live.get(task_id) is ctx:
             del self._live[task_id]
 
+    def release_each(self, contexts: Iterable[TaskContext], ids: Iterable[str]) -> None:
+        """``release`` for each context, with its task id, in step."""
+        live = self._live
+        for ctx, task_id in zip(contexts, ids):
+            if live.get(task_id) is ctx:
+                del live[task_id]
+
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:

@@ -9,8 +9,10 @@ resource, with no ``max_run_ms``, no byte budget, no tracing and no timed
 event (``Worker._quick_completer`` decides per claim), and while the
 handler is not known to suspend (``CallStarter.suspends``: then its calls
 would only be promoted, each at a cost). Its first step calls
-the handler; if the handler returns, the call queues the completion itself
-and is done. The quick calls of a claim share one hold (``QuickGroup``).
+the handler; if the handler returns, the call is done. The quick calls of a
+claim share one hold (``QuickGroup``), which lets the calls that returned in
+one step of their task go together as the step ends (``flush``): their
+slots, and their completions as one group.
 
 Anything else the handler does on that first step (suspending, raising,
 returning what cannot be stored) *promotes* the call: ``run_call`` takes
@@ -47,8 +49,14 @@ class QuickGroup(Protocol):
 
     def returned(self, call: "QuickCall", value: Any) -> bool:
         """The handler returned ``value`` on its first step: settle the
-        call (True), or leave it to the general call (False: ``value``
-        cannot be stored, so its failure is to be written)."""
+        call (True: by the next ``flush``), or leave it to the general call
+        (False: ``value`` cannot be stored, so its failure is to be
+        written)."""
+
+    def flush(self) -> None:
+        """The step of the task running the calls is ending: the calls that
+        returned in it are done (their slots free, their completions
+        queued)."""
 
     def promoted(self, call: "QuickCall") -> CallHold:
         """The call leaves the group for a hold of its own, kept by the
@@ -82,19 +90,22 @@ class QuickCall(ClassCoroutine):
         work = self._work
         if work is not None:
             return work.send(value)
-        step = self.first_step()
+        try:
+            step = self.first_step()
+        finally:
+            self.group.flush()
         if step is RETURNED:
             raise StopIteration
         return step
 
     def first_step(self) -> Any:
         """The call's first step: ``RETURNED`` if the handler returned and
-        the call is settled or on its way to be; otherwise what the step
-        yields to the task (the call was promoted, see the module's
-        docstring). Raises as ``send`` would. (The starter takes this
-        rather than ``send``: no StopIteration to raise and catch for
-        every task; nor for the handler's own, with the compiled
-        ``_speedups.send``.)"""
+        the call is settled or on its way to be (once its group is flushed);
+        otherwise what the step yields to the task (the call was promoted,
+        see the module's docstring). Raises as ``send`` would. (The starter
+        takes this rather than ``send``: no StopIteration to raise and catch
+        for every task, nor for the handler's own with the compiled
+        ``_speedups.send``, and one flush for many calls.)"""
         self._work = _FINISHED  # started: a late close() drops nothing
         reg, ctx = self.reg, self.ctx
         begun: collections.abc.Awaitable[Any]

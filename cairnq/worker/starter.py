@@ -38,7 +38,7 @@ from functools import partial
 from typing import Any, Callable, Coroutine, Hashable, Optional, Protocol
 
 from cairnq.worker.class_coroutine import ClassCoroutine, exception_thrown
-from cairnq.worker.quick import RETURNED, QuickCall
+from cairnq.worker.quick import RETURNED, QuickCall, QuickGroup
 
 __all__ = ["OWN_TASK_CALLS", "CallStarter", "StartedCall", "StartedHold"]
 
@@ -240,6 +240,9 @@ class _SharedStep(ClassCoroutine):
         assert task is not None
         cancel_requests = _cancel_requests(task)
         cancels = cancel_requests()
+        # The group of the quick calls stepped: flushed before this step
+        # ends or hands calls on (a claim's quick calls share one).
+        group: Optional[QuickGroup] = None
         i, n = self._next, len(calls)
         while i < n:
             hold, work, key = calls[i]
@@ -249,6 +252,10 @@ class _SharedStep(ClassCoroutine):
             context = copy_context()
             try:
                 if type(work) is QuickCall:
+                    if work.group is not group:
+                        if group is not None:
+                            group.flush()
+                        group = work.group
                     step = context.run(work.first_step)
                 else:
                     step = context.run(work.send, None)
@@ -259,12 +266,16 @@ class _SharedStep(ClassCoroutine):
             except BaseException:
                 # KeyboardInterrupt, SystemExit: out through the task, as from
                 # a task of its own; the calls after it still start.
+                if group is not None:
+                    group.flush()
                 starter.start(calls[i:])
                 raise
             if step is RETURNED:
                 if starter._own_task_left:
                     starter._shared_once_more(key)
             elif step is not _CANCELLED:
+                if group is not None:
+                    group.flush()
                 self._current, self._context = work, context
                 starter._suspended(key, calls, i)
                 return step
@@ -272,6 +283,10 @@ class _SharedStep(ClassCoroutine):
                 # A handler cancelled its own task (``current_task().cancel()``)
                 # and returned: the cancel lands on this task as it ends, so
                 # the calls after it move to another.
+                if group is not None:
+                    group.flush()
                 starter.start(calls[i:])
                 raise StopIteration
+        if group is not None:
+            group.flush()
         raise StopIteration

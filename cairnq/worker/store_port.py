@@ -42,12 +42,12 @@ class StorePort(StoreWorkerPort):
             return True
         return False
 
-    def completer(self) -> Optional[Callable[[str, Any, Outcome], None]]:
-        """``complete_later`` without asking each time whether the store's
-        ``complete`` is cairnq's own: asked once here, for the quick calls of
-        one claim (``quick.py``). None when it is not."""
+    def completer(self) -> Optional[Completions]:
+        """The coalesced completions, without asking each time whether the
+        store's ``complete`` is cairnq's own: asked once here, for the quick
+        calls of one claim (``quick.py``). None when it is not."""
         if self.own("complete"):
-            return self._completions.complete_later
+            return self._completions
         return None
 
     def complete_all_later(

@@ -46,7 +46,7 @@ from cairnq.store.validation import (
 from cairnq.worker import lifecycle
 from cairnq.worker.book import CallBook, Hold, QuickHold
 from cairnq.worker.claims import Call, ClaimPlanner
-from cairnq.worker.completions import Outcome
+from cairnq.worker.completions import Completions
 from cairnq.worker.execution import CallSettings, no_handler, run_call
 from cairnq.worker.heartbeat import Heartbeats
 from cairnq.worker.registry import Handler, Registry
@@ -692,8 +692,8 @@ class Worker:
         if leased:
             heartbeats.hold(leased, ids)
 
-    def _quick_completer(self) -> Optional[Callable[[str, Any, Outcome], None]]:
-        """How this claim's quick calls (``quick.py``) queue their
+    def _quick_completer(self) -> Optional[Completions]:
+        """Where this claim's quick calls (``quick.py``) queue their
         completions; None where its calls cannot start quick: a max_run_ms or
         a byte budget, tracing or a timed event on, or a store whose
         ``complete`` is not cairnq's own."""

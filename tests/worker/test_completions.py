@@ -89,3 +89,46 @@ async def test_waiting_for_the_queued_completions_covers_the_one_on_its_way(back
     await asyncio.wait_for(both, 5)
     assert sorted(told) == sorted((t.id, "succeeded", None) for t in tasks)
     assert (await q.get(second.id)).result == {"r": 2}
+
+
+async def test_a_group_is_told_once_with_the_status_of_each_task_it_settled(backend: Any) -> None:
+    q, port, tasks = await _claimed(backend, 3)
+    completions = port.completer()
+    assert completions is not None
+    told: list[tuple[str, Optional[str], Optional[BaseException]]] = []
+    groups: list[tuple[Any, Optional[BaseException]]] = []
+    alone, *grouped = tasks
+    # One of the group's tasks is settled behind the worker's back: it is
+    # missing from what the group hears (its lease is lost).
+    await q.store.complete(task_id=grouped[1].id, worker_id=WORKER, result=None)
+    port.complete_later(alone.id, "one", _recorder(told, alone.id))
+    completions.complete_group(
+        [t.id for t in grouped], [completions.encode({"g": 0}), None], lambda settled, exc: groups.append((settled, exc))
+    )
+    for _ in range(500):
+        if told and groups and port.completions_idle:
+            break
+        await asyncio.sleep(0.01)
+    assert told == [(alone.id, "succeeded", None)]
+    assert len(groups) == 1
+    settled, exc = groups[0]
+    assert exc is None
+    assert settled.get(grouped[0].id) == "succeeded" and grouped[1].id not in settled
+    assert (await q.get(grouped[0].id)).result == {"g": 0}
+    assert (await q.get(alone.id)).result == "one"
+
+
+async def test_a_group_whose_settlement_was_cancelled_before_it_began_is_told_so(backend: Any) -> None:
+    q, port, tasks = await _claimed(backend, 2)
+    completions = port.completer()
+    assert completions is not None
+    groups: list[tuple[Any, Optional[BaseException]]] = []
+    completions.complete_group([t.id for t in tasks], [None, None], lambda settled, exc: groups.append((settled, exc)))
+    pending = completions._pending
+    assert pending is not None
+    pending.cancel()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert len(groups) == 1 and groups[0][0] is None and isinstance(groups[0][1], asyncio.CancelledError)
+    assert port.completions_idle
+    assert [(await q.get(t.id)).status for t in tasks] == ["running", "running"]

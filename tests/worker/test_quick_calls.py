@@ -13,7 +13,7 @@ import contextvars
 from typing import Any
 
 import pytest
-from worker_kit import envelope, finish, make
+from worker_kit import envelope, eventually, finish, make
 
 from cairnq import LostLease, TaskError
 from cairnq.worker.quick import RETURNED, QuickCall
@@ -247,6 +247,9 @@ class Group:
     def dropped(self, call: QuickCall) -> None:
         self.told.append(("dropped", call.task))
 
+    def flush(self) -> None:
+        self.told.append(("flush", None))
+
 
 def _quick_calls(group: Group, n: int) -> list[Any]:
     async def handler(ctx: Any) -> None:
@@ -281,3 +284,79 @@ async def test_a_quick_call_that_returned_drops_nothing_when_closed() -> None:
     with pytest.raises(RuntimeError):
         call.send(None)  # as for any coroutine that is over
     assert group.told == [("returned", 0)]
+
+
+async def test_the_calls_that_return_in_one_step_are_flushed_once_at_its_end() -> None:
+    group = Group()
+    loop = asyncio.get_running_loop()
+    starter = CallStarter(loop)
+    starter.start(_quick_calls(group, 3))  # one shared task
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert group.told == [("returned", 0), ("returned", 1), ("returned", 2), ("flush", None)]
+    group.told.clear()
+    starter.start(_quick_calls(group, 1))  # a lone call: a task of its own
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert group.told == [("returned", 0), ("flush", None)]
+
+
+# -- QuickHold: a claim's quick calls on a real store -----------------------------------
+
+
+async def test_a_flush_frees_the_slots_and_writes_the_completions_of_the_calls_that_returned(backend) -> None:
+    """Calls that returned hold their slots until the flush; then their
+    completions go out together, each context hears its own outcome (a task
+    settled elsewhere meanwhile: its lease lost), and every lease is let go."""
+    from cairnq.context import new_contexts
+    from cairnq.worker.book import CallBook, QuickHold
+    from cairnq.worker.execution import CallSettings
+    from cairnq.worker.heartbeat import Heartbeats
+    from cairnq.worker.signals import Signal
+    from cairnq.worker.store_port import StorePort
+
+    worker_id = "w-quick-hold"
+    q = backend.client()
+    for i in range(4):
+        await q.submit("job", {"i": i})
+    tasks = await q.store.claim(queues=["default"], worker_id=worker_id, limit=4)
+    assert len(tasks) == 4
+    port = StorePort(q.store, worker_id, 30_000)
+    reported: list[BaseException] = []
+    settings = CallSettings(port, 0, 0, None, lambda exc, info: reported.append(exc))
+    book = CallBook()
+    book.call_done = Signal()
+    book.heartbeats = Heartbeats(port, 60_000, settings.report)
+    contexts = new_contexts(q.store, tasks, worker_id, 30_000, 0, 0)
+    book.heartbeats.hold(contexts)
+    completions = port.completer()
+    assert completions is not None
+    hold = QuickHold(book, settings, completions, port.writes_ride_claims)
+    book.calls[hold] = None
+
+    async def handler(ctx: Any) -> None:
+        return None
+
+    reg = Registration("job", handler, None, None, None, "ctx", True)
+    calls = []
+    for task, ctx in zip(tasks, contexts):
+        book.running += 1
+        calls.append(hold.add(reg, task, ctx))
+    # Task 2 is settled behind the worker's back: its write will find it gone.
+    await q.store.complete(task_id=tasks[2].id, worker_id=worker_id, result="elsewhere")
+    results = [None, {"r": 1}, "late", [3]]
+    for call, result in zip(calls, results):
+        assert hold.returned(call, result) is True
+    assert book.running == 4 and not book.call_done.is_set()  # nothing let go before the flush
+    hold.flush()
+    assert book.running == 0 and book.call_done.is_set()
+    await eventually(lambda: port.completions_idle and not book.calls)
+    assert [ctx.settled for ctx in contexts] == [True, True, False, True]
+    assert [ctx.lost_lease for ctx in contexts] == [False, False, True, False]
+    assert len(book.heartbeats) == 0
+    assert reported == []
+    got = [await q.get(task.id) for task in tasks]
+    assert [t.status for t in got] == ["succeeded"] * 4
+    assert [t.result for t in got] == [None, {"r": 1}, "elsewhere", [3]]
+    hold.flush()  # nothing left: no second write
+    assert port.completions_idle
