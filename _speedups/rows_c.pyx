@@ -4,28 +4,35 @@
 The hot path of every claim and every read: 23 columns per row, four of them
 JSON (the layout: ``models.TASK_LAYOUT``, read into C tables at import). The
 win over the twin is building the Task's instance dict directly (no
-23-argument __init__, no per-field setattr; sized for every column at once,
-so it never resizes) and reading the row through the tuple C API.
+23-argument __init__, no per-field setattr) and reading the row through the
+tuple C API.
+
+A Task's dict starts as a copy of one made by the dataclass's own
+``__init__`` (``_TEMPLATE``), whose values are then each replaced: such a
+dict shares its keys with every Task's, so the copy allocates only the
+values (a few hundred bytes, from Python's small-object allocator) instead
+of a whole table of its own (about 1 KB, from malloc), and it is laid out
+as ``__init__`` would lay it out. The Task itself is allocated bare
+(``PyType_GenericAlloc``) and handed the dict (``PyObject_GenericSetDict``):
+``object.__new__`` would first give it room for inline values, freed again
+as the dict replaces them. Both are public C API; a Task made here is one
+``__init__`` could have made (``tests/kernels/test_kernel_rows.py``).
 """
 
-from cpython.dict cimport PyDict_SetItem
-from cpython.object cimport PyObject_SetAttr
+from cpython.dict cimport PyDict_Copy, PyDict_SetItem
+from cpython.object cimport PyTypeObject
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 
 cdef extern from "Python.h":
-    # Exported by every CPython this builds for (3.9-3.13; Cython's own dict
-    # literals use it): a dict with room for ``minused`` keys, so filling it
-    # never resizes.
-    dict _PyDict_NewPresized(Py_ssize_t minused)
+    object PyType_GenericAlloc(PyTypeObject *type, Py_ssize_t nitems)
+    int PyObject_GenericSetDict(object obj, object value, void *context) except -1
 
 from cairnq._speedups.jsoncodec_c import loads as _loads
 from cairnq.models import EPOCH_MS_COLUMNS, JSON_COLUMNS, TASK_COLUMN_KINDS, TASK_COLUMNS
 from cairnq.models import KIND_EPOCH_MS, KIND_JSON, KIND_REAL
 from cairnq.models import Task as _Task
 
-cdef object _new = object.__new__
-cdef object _setattr = object.__setattr__
 
 # The tables the decoder reads, built at import from models.TASK_LAYOUT (the
 # one written copy of the row layout).
@@ -62,6 +69,16 @@ cdef int _build_tables() except -1:
 _build_tables()
 
 
+def _template():
+    """A Task's instance dict as its dataclass ``__init__`` makes it: every
+    field, in field order (the values are placeholders, each replaced in
+    every copy)."""
+    return _Task(*[None] * len(_FIELDS)).__dict__
+
+
+cdef dict _TEMPLATE = _template()
+
+
 cdef inline object _json(object value, bint json_is_text):
     if value is None or not json_is_text:
         return value
@@ -84,7 +101,7 @@ cdef inline object _real(object value):
 
 
 cdef object _decode(object row, bint json_is_text):
-    cdef dict fields = _PyDict_NewPresized(_N)
+    cdef dict fields
     cdef Py_ssize_t j, i
     cdef object value
     cdef int kind
@@ -92,6 +109,7 @@ cdef object _decode(object row, bint json_is_text):
         row = tuple(row)  # lists, driver row types: one copy, then the fast path
     if PyTuple_GET_SIZE(row) < _N:
         raise IndexError("tuple index out of range")  # as the twin's row[i] would
+    fields = PyDict_Copy(_TEMPLATE)  # (every field's value is replaced below)
     for j in range(_N):
         i = _ORDER[j]
         value = <object>PyTuple_GET_ITEM(row, i)
@@ -103,8 +121,8 @@ cdef object _decode(object row, bint json_is_text):
         elif kind == _REAL:
             value = _real(value)
         PyDict_SetItem(fields, <object>PyTuple_GET_ITEM(_NAMES, i), value)
-    task = _new(_Task)
-    _setattr(task, "__dict__", fields)
+    task = PyType_GenericAlloc(<PyTypeObject *>_Task, 0)
+    PyObject_GenericSetDict(task, fields, NULL)
     return task
 
 

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import decimal
+import gc
+import pickle
 import random
+import sys
+import weakref
 from types import SimpleNamespace
 from typing import Any
 
@@ -266,6 +272,46 @@ def test_decode_tasks(impl: SimpleNamespace) -> None:
     assert impl.rows.decode_tasks(iter(rows)) == tasks
     decoded = impl.rows.decode_tasks([make_row(json_is_text=False)], json_is_text=False)
     assert decoded == [expected_task()]
+
+
+def test_a_decoded_task_is_one_its_init_could_have_made(impl: SimpleNamespace) -> None:
+    """Everything a user can do with a Task, done to a decoded one and to one
+    made by the dataclass's ``__init__``, gives the same answers; and each
+    decoded Task's dict is its own (the compiled decoder starts every one
+    from a copy of the same template)."""
+    first, second = impl.rows.decode_tasks([make_row(), make_row(id="task_2")])
+    made = expected_task()
+    assert first == made and vars(first) == vars(made) and list(vars(first)) == list(vars(made))
+    assert type(first) is Task and gc.is_tracked(first)
+    assert dataclasses.asdict(first) == dataclasses.asdict(made)
+    assert dataclasses.replace(first, status="succeeded") == dataclasses.replace(made, status="succeeded")
+    assert copy.copy(first) == first and copy.deepcopy(first) == first
+    assert pickle.loads(pickle.dumps(first)) == first
+    assert repr(first) == repr(made)
+    # Writes to one task touch no other, nor the tasks decoded after it.
+    first.status = "changed"
+    first.extra = "an attribute of its own"
+    del first.message
+    vars(first)["payload"] = "replaced"
+    assert second.status == "running" and second.message == "half way" and not hasattr(second, "extra")
+    (third,) = impl.rows.decode_tasks([make_row(id="task_3")])
+    assert third == expected_task(id="task_3") and list(vars(third)) == FIELD_ORDER
+    assert not hasattr(third, "extra")
+    assert first.extra == "an attribute of its own" and first.payload == "replaced"
+    # The decoded values are the row's, not the template's placeholders.
+    assert all(value is not None for key, value in vars(third).items() if ROW_VALUES[key] is not None)
+
+
+def test_decoded_tasks_go_when_their_last_reference_does(impl: SimpleNamespace) -> None:
+    message = "a message of its own " * 3  # (one object, in every row)
+    before = sys.getrefcount(message)
+    tasks = impl.rows.decode_tasks([make_row(id=f"task_{i}", message=message) for i in range(100)])
+    assert sys.getrefcount(message) == before + 100
+    refs = [weakref.ref(t) for t in tasks]
+    del tasks
+    gc.collect()
+    assert not any(ref() for ref in refs)
+    assert sys.getrefcount(message) == before
 
 
 def _mapping(json_is_text: bool = True, **overrides: Any) -> dict[str, Any]:
