@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, Optional, TypeVar, Union
 
 from cairnq import events
 
@@ -411,6 +411,25 @@ def mark_completed(ctx: TaskContext, status: str) -> None:
         ctx._cancel_seen = True
     if _SETTLED.on or ctx._span is not None:
         _settled(ctx, status, None)
+
+
+def mark_each_completed(
+    contexts: Iterable[TaskContext], ids: Iterable[str], settled: Mapping[str, str]
+) -> list[tuple[str, TaskContext]]:
+    """``mark_completed`` for each context whose task id (``ids``, in step)
+    has a final status in ``settled``; returns the others, (id, context)."""
+    missing = []
+    for task_id, ctx in zip(ids, contexts):
+        status = settled.get(task_id)
+        if status is None:
+            missing.append((task_id, ctx))
+            continue
+        ctx._settled = True  # (mark_completed's body, inline: a frame less a task)
+        if status == "canceled":
+            ctx._cancel_seen = True
+        if _SETTLED.on or ctx._span is not None:
+            _settled(ctx, status, None)
+    return missing
 
 
 def mark_failed(ctx: TaskContext, answer: Any, envelope: dict[str, Any], retryable: bool) -> None:

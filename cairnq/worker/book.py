@@ -19,7 +19,7 @@ from collections import Counter
 from functools import partial
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
-from cairnq.context import TaskContext, left_to_write, mark_completed
+from cairnq.context import TaskContext, left_to_write, mark_each_completed
 from cairnq.errors import LostLease, SerializationError
 from cairnq.models import Task
 from cairnq.worker.completions import Completions
@@ -183,12 +183,11 @@ class QuickHold:
         self._results: list[Optional[str]] = []
         self._contexts: list[TaskContext] = []
 
-    def add(self, reg: Registration, task: Task, ctx: TaskContext) -> QuickCall:
-        """A call of this claim that starts quick (counted by the caller in
-        the book's running calls)."""
-        self._running += 1
-        self._left += 1
-        return QuickCall.of(self, reg, task, ctx)
+    def expect(self, calls: int) -> None:
+        """``calls`` more calls (``QuickCall.of(self, ...)``) are to start in
+        this hold (counted by the caller in the book's running calls)."""
+        self._running += calls
+        self._left += calls
 
     @property
     def is_running(self) -> bool:
@@ -265,13 +264,8 @@ class QuickHold:
         status of each task settled) or refused (``exc``)."""
         try:
             if settled is not None:
-                get = settled.get
-                for task_id, ctx in zip(ids, contexts):
-                    status = get(task_id)
-                    if status is not None:
-                        mark_completed(ctx, status)
-                    else:
-                        tell_completed(self.settings, ctx, None, LostLease(task_id))
+                for task_id, ctx in mark_each_completed(contexts, ids, settled):
+                    tell_completed(self.settings, ctx, None, LostLease(task_id))
             else:
                 for ctx in contexts:
                     tell_completed(self.settings, ctx, None, exc)

@@ -7,7 +7,7 @@ callback per completion. A *quick call* is what the starter runs instead
 when the handler is a coroutine function taking one task and holding no
 resource, with no ``max_run_ms``, no byte budget, no tracing and no timed
 event (``Worker._quick_completer`` decides per claim), and while the
-handler is not known to suspend (``CallStarter.suspends``: then its calls
+handler is not known to suspend (``CallStarter.suspending``: then its calls
 would only be promoted, each at a cost). Its first step calls
 the handler; if the handler returns, the call is done. The quick calls of a
 claim share one hold (``QuickGroup``), which lets the calls that returned in

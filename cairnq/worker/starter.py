@@ -35,7 +35,7 @@ import asyncio
 import sys
 from contextvars import copy_context
 from functools import partial
-from typing import Any, Callable, Coroutine, Hashable, Optional, Protocol
+from typing import Any, Callable, Container, Coroutine, Hashable, Optional, Protocol
 
 from cairnq.worker.class_coroutine import ClassCoroutine, exception_thrown
 from cairnq.worker.quick import RETURNED, QuickCall, QuickGroup
@@ -95,10 +95,12 @@ class CallStarter:
         """Whether tasks start at once (their first step within ``start``)."""
         return self._new_task is not asyncio.Task and self._loop.get_task_factory() is None
 
-    def suspends(self, key: Hashable) -> bool:
-        """Whether calls of the handler ``key`` start with a task of their
-        own now: it suspended in a shared task not long ago."""
-        return key in self._own_task_left
+    @property
+    def suspending(self) -> Container[Hashable]:
+        """The handlers whose calls start with a task of their own now: each
+        suspended in a shared task not long ago. (Live: read it, keep it
+        no longer than a claim's dispatch.)"""
+        return self._own_task_left.keys()
 
     def start(self, calls: list[StartedCall]) -> None:
         """Start ``calls`` (hold, coroutine, handler key), in order."""

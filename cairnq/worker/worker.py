@@ -49,6 +49,7 @@ from cairnq.worker.claims import Call, ClaimPlanner
 from cairnq.worker.completions import Completions
 from cairnq.worker.execution import CallSettings, no_handler, run_call
 from cairnq.worker.heartbeat import Heartbeats
+from cairnq.worker.quick import QuickCall
 from cairnq.worker.registry import Handler, Registry
 from cairnq.worker.signals import Signal, first_of, unless
 from cairnq.worker.starter import CallStarter, StartedCall
@@ -70,6 +71,7 @@ _CLAIM = events.channel("claim")
 _clock = time.perf_counter
 _new_tuple = tuple.__new__
 _task_id = attrgetter("id")
+_quick_call = QuickCall.of
 _TRACING = tracing.STATE
 
 
@@ -641,20 +643,18 @@ class Worker:
         unhandled = False  # some name has no handler now: its tasks are failed, not leased
         quick_completer = self._quick_completer()
         starter = self._starter
+        suspending = starter.suspending
         quick: Optional[QuickHold] = None
+        quick_calls = 0
         at = 0  # where the call's contexts begin
+        book.running += len(calls)
         for reg, tasks in calls:
-            book.running += 1
-            if (
-                quick_completer is not None
-                and reg is not None
-                and reg.quick
-                and not starter.suspends(reg.name)
-            ):
+            if quick_completer is not None and reg is not None and reg.quick and reg.name not in suspending:
                 if quick is None:
                     quick = QuickHold(book, settings, quick_completer, self._port.writes_ride_claims)
                     in_flight[quick] = None
-                starts.append((quick, quick.add(reg, tasks[0], contexts[at]), reg.name))
+                starts.append((quick, _quick_call(quick, reg, tasks[0], contexts[at]), reg.name))
+                quick_calls += 1
                 at += 1
                 continue
             mine = contexts[at : at + len(tasks)]
@@ -671,6 +671,8 @@ class Worker:
             else:
                 unhandled = True
                 starts.append((hold, no_handler(settings, mine, hold), None))
+        if quick is not None:
+            quick.expect(quick_calls)
         if not unhandled:
             heartbeats.hold(contexts, map(_task_id, claimed))  # (as one lot)
         else:

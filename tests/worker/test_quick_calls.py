@@ -338,10 +338,9 @@ async def test_a_flush_frees_the_slots_and_writes_the_completions_of_the_calls_t
         return None
 
     reg = Registration("job", handler, None, None, None, "ctx", True)
-    calls = []
-    for task, ctx in zip(tasks, contexts):
-        book.running += 1
-        calls.append(hold.add(reg, task, ctx))
+    calls = [QuickCall.of(hold, reg, task, ctx) for task, ctx in zip(tasks, contexts)]
+    hold.expect(len(calls))
+    book.running += len(calls)
     # Task 2 is settled behind the worker's back: its write will find it gone.
     await q.store.complete(task_id=tasks[2].id, worker_id=worker_id, result="elsewhere")
     results = [None, {"r": 1}, "late", [3]]

@@ -101,7 +101,7 @@ async def test_a_handler_that_suspended_starts_with_a_task_of_its_own_for_a_whil
     # "t", in the claim where it was learned, had its own too, not counted
     assert starter._own_task_left["sleeper"] == OWN_TASK_CALLS - 2
     # (so the worker starts no quick call of it: each would only be promoted)
-    assert starter.suspends("sleeper") and not starter.suspends("other")
+    assert "sleeper" in starter.suspending and "other" not in starter.suspending
 
 
 async def test_after_its_own_task_calls_one_call_of_the_handler_probes_last_in_the_shared_task(
@@ -126,7 +126,7 @@ async def test_after_its_own_task_calls_one_call_of_the_handler_probes_last_in_t
     assert tasks["probe"] is tasks["p"] is tasks["q"] is not tasks["own3"]
     assert order.index("probe") > order.index("q")
     # It returned at once: the handler's calls share again.
-    assert "h" not in starter._own_task_left and not starter.suspends("h")
+    assert "h" not in starter._own_task_left and "h" not in starter.suspending
     _, again = _calls(_returns(log, "x"), _returns(log, "y"), key="h")
     starter.start(again)
     await asyncio.sleep(0)
