@@ -25,7 +25,6 @@ from cairnq.models import Task
 from cairnq.worker.completions import Completions
 from cairnq.worker.execution import CallSettings, tell_completed
 from cairnq.worker.quick import QuickCall
-from cairnq.worker.registry import Registration
 
 if TYPE_CHECKING:
     from cairnq.worker.heartbeat import Heartbeats
@@ -270,18 +269,18 @@ class QuickHold:
                 for ctx in contexts:
                     tell_completed(self.settings, ctx, None, exc)
         finally:
-            book = self._book
-            if book.heartbeats is not None:
-                book.heartbeats.release_each(contexts, ids)
-            self._left -= len(ids)
-            if not self._left:
-                book.forget(self)
+            self._let_go(contexts, ids)
 
     def _settle(self, call: QuickCall) -> None:
         """Nothing is left to write for ``call``: its lease goes."""
+        self._let_go((call.ctx,), (call.task.id,))
+
+    def _let_go(self, contexts: Sequence[TaskContext], ids: Sequence[str]) -> None:
+        """Nothing is left to write for these calls: their leases go, and
+        the hold with the last of them."""
         book = self._book
         if book.heartbeats is not None:
-            book.heartbeats.release(call.ctx, call.task.id)
-        self._left -= 1
+            book.heartbeats.release_each(contexts, ids)
+        self._left -= len(ids)
         if not self._left:
             book.forget(self)

@@ -9,7 +9,7 @@ user wrapped or replaced it); see ``cairnq.store.ports``.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Optional, Sequence
+from typing import Any, Awaitable, Optional, Sequence
 
 from cairnq.store.base import TaskStore
 from cairnq.store.ports import StoreWorkerPort
