@@ -35,7 +35,7 @@ import asyncio
 import sys
 from contextvars import copy_context
 from functools import partial
-from typing import Any, Callable, Container, Coroutine, Hashable, Optional, Protocol
+from typing import Any, Callable, Container, Coroutine, Hashable, Optional, Protocol, Union
 
 from cairnq.worker.class_coroutine import ClassCoroutine, exception_thrown
 from cairnq.worker.quick import RETURNED, QuickCall, QuickGroup
@@ -244,7 +244,7 @@ class _SharedStep(ClassCoroutine):
         cancels = cancel_requests()
         # The group of the quick calls stepped: flushed before this step
         # ends or hands calls on (a claim's quick calls share one).
-        group: Optional[QuickGroup] = None
+        group: Union[QuickGroup, _NoGroup] = _NO_GROUP
         i, n = self._next, len(calls)
         while i < n:
             hold, work, key = calls[i]
@@ -255,8 +255,7 @@ class _SharedStep(ClassCoroutine):
             try:
                 if type(work) is QuickCall:
                     if work.group is not group:
-                        if group is not None:
-                            group.flush()
+                        group.flush()
                         group = work.group
                     step = context.run(work.first_step)
                 else:
@@ -268,16 +267,14 @@ class _SharedStep(ClassCoroutine):
             except BaseException:
                 # KeyboardInterrupt, SystemExit: out through the task, as from
                 # a task of its own; the calls after it still start.
-                if group is not None:
-                    group.flush()
+                group.flush()
                 starter.start(calls[i:])
                 raise
             if step is RETURNED:
                 if starter._own_task_left:
                     starter._shared_once_more(key)
             elif step is not _CANCELLED:
-                if group is not None:
-                    group.flush()
+                group.flush()
                 self._current, self._context = work, context
                 starter._suspended(key, calls, i)
                 return step
@@ -285,10 +282,20 @@ class _SharedStep(ClassCoroutine):
                 # A handler cancelled its own task (``current_task().cancel()``)
                 # and returned: the cancel lands on this task as it ends, so
                 # the calls after it move to another.
-                if group is not None:
-                    group.flush()
+                group.flush()
                 starter.start(calls[i:])
                 raise StopIteration
-        if group is not None:
-            group.flush()
+        group.flush()
         raise StopIteration
+
+
+class _NoGroup:
+    """(In ``_first_steps``) no quick call stepped yet: nothing to flush."""
+
+    __slots__ = ()
+
+    def flush(self) -> None:
+        pass
+
+
+_NO_GROUP = _NoGroup()
