@@ -33,7 +33,7 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from drain_statements import TimedConnection, _kind  # noqa: E402
-from memory import client, counting_worker, prepare_backlog  # noqa: E402
+from memory import client, counting_worker, drained, prepare_backlog  # noqa: E402
 
 Marks = list[tuple[str, float, float]]
 
@@ -87,14 +87,7 @@ async def drain(db: str, concurrency: int, tasks: int, marks: Marks) -> float:
         engine = q.store._engine  # bench only: the store's one engine
         engine.conn = TimedConnection(engine.conn, record, fetched)
         worker, done = counting_worker(q.store, concurrency)
-        started = time.monotonic()
-        run = asyncio.ensure_future(worker.run())
-        while done() < tasks:
-            await asyncio.sleep(0.005)
-        elapsed = time.monotonic() - started
-        worker.stop()
-        await run
-        return elapsed
+        return await drained(worker, done, tasks, 0.005)
 
 
 def report(marks: Marks, tasks: int, elapsed: float) -> None:
@@ -104,7 +97,7 @@ def report(marks: Marks, tasks: int, elapsed: float) -> None:
     durations: dict[str, list[float]] = collections.defaultdict(list)
     for label, started, ended in marks:
         durations[label].append(ended - started)
-    print(f"{'step (or statement)':<36}{'calls':>7}{'median us':>11}{'us/task':>9}")
+    print(f"{'step (or statement)':<44}{'calls':>7}{'median us':>11}{'us/task':>9}")
     for label, spans in sorted(durations.items(), key=lambda kv: -sum(kv[1])):
         print(f"{label[:44]:<44}{len(spans):>7}{statistics.median(spans) * 1e6:>11.1f}{sum(spans) / tasks * 1e6:>9.2f}")
     # From each claim's COMMIT to each step after it, up to the next BEGIN.

@@ -51,7 +51,7 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import floors  # noqa: E402
-from memory import client, counting_worker, prepare_backlog  # noqa: E402
+from memory import client, counting_worker, drained, prepare_backlog  # noqa: E402
 from workloads import CollectorPasses  # noqa: E402
 
 
@@ -154,16 +154,8 @@ async def drain(
             engine.conn, _by_kind(times, commits), _by_kind(times, suffix=", rows fetched")
         )
         worker, done = counting_worker(q.store, concurrency)
-        started = time.perf_counter()
         passes.start()
-        run = asyncio.ensure_future(worker.run())
-        while done() < tasks:
-            await asyncio.sleep(0.005)
-        elapsed = time.perf_counter() - started
-        passes.stop()
-        worker.stop()
-        await run
-        return elapsed
+        return await drained(worker, done, tasks, 0.005, ended=passes.stop)
 
 
 def floor_drain(db: str, tasks: int, times: dict[str, list[float]], commits: list[float]) -> float:

@@ -87,6 +87,23 @@ def counting_worker(store: Any, concurrency: int) -> tuple[Worker, Callable[[], 
     return worker, lambda: done
 
 
+async def drained(
+    worker: Worker, done: Callable[[], int], tasks: int, poll_s: float, ended: Callable[[], None] | None = None
+) -> float:
+    """Run ``worker`` until ``done()`` reaches ``tasks``; the wall time from
+    its start to then (``ended`` runs right after, before the worker stops)."""
+    started = time.perf_counter()
+    run = asyncio.ensure_future(worker.run())
+    while done() < tasks:
+        await asyncio.sleep(poll_s)
+    elapsed = time.perf_counter() - started
+    if ended is not None:
+        ended()
+    worker.stop()
+    await run
+    return elapsed
+
+
 async def drain(db: str, n: int, concurrency: int) -> dict[str, Any]:
     await prepare_backlog(db, n)
     async with client(db) as q:

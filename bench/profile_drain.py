@@ -21,7 +21,6 @@ import collections
 import os
 import sys
 import tempfile
-import time
 from typing import Any
 
 from pyinstrument import Profiler
@@ -29,7 +28,7 @@ from pyinstrument import Profiler
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cairnq  # noqa: E402
-from memory import client, counting_worker, prepare_backlog  # noqa: E402
+from memory import client, counting_worker, drained, prepare_backlog  # noqa: E402
 
 LAYERS = [  # first match wins; matched against "file:function"
     ("waiting in epoll (idle, not CPU)", ("poll", "select")),
@@ -63,14 +62,7 @@ async def drain(db: str, concurrency: int, tasks: int) -> tuple[float, Profiler]
         worker, done = counting_worker(q.store, concurrency)
         profiler = Profiler(interval=0.0005, async_mode="disabled")
         profiler.start()
-        started = time.perf_counter()
-        run = asyncio.ensure_future(worker.run())
-        while done() < tasks:
-            await asyncio.sleep(0.02)
-        elapsed = time.perf_counter() - started
-        profiler.stop()
-        worker.stop()
-        await run
+        elapsed = await drained(worker, done, tasks, 0.02, ended=profiler.stop)
         return elapsed, profiler
 
 
