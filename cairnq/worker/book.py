@@ -70,8 +70,7 @@ class CallBook:
         self.in_flight_bytes -= size
         heartbeats = self.heartbeats
         if heartbeats is not None:
-            for task, ctx in zip(hold.tasks, hold.contexts):
-                heartbeats.release(ctx, task.id)
+            heartbeats.release_each(hold.contexts, [task.id for task in hold.tasks])
         if (held or size) and self.call_done is not None:
             self.call_done.set()  # its resource units or payload bytes are free again
 

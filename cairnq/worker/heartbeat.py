@@ -50,17 +50,14 @@ class Heartbeats:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     def release(self, ctx: TaskContext, task_id: Optional[str] = None) -> None:
-        # Only this very context: the same task may already be held again, by
-        # its next attempt, claimed before this one's release ran.
-        if task_id is None:
-            task_id = ctx.task_id
-        if self._live.get(task_id) is ctx:
-            del self._live[task_id]
+        self.release_each((ctx,), (ctx.task_id if task_id is None else task_id,))
 
     def release_each(self, contexts: Iterable[TaskContext], ids: Iterable[str]) -> None:
-        """``release`` for each context, with its task id, in step."""
+        """Stop renewing these leases (``ids``: their task ids, in step)."""
         live = self._live
         for ctx, task_id in zip(contexts, ids):
+            # Only this very context: the same task may already be held again,
+            # by its next attempt, claimed before this one's release ran.
             if live.get(task_id) is ctx:
                 del live[task_id]
 
