@@ -6,6 +6,7 @@
     python bench/instructions.py --ops worker                    # the worker alone, bulk-loaded backlog
     python bench/instructions.py --ops worker_batch64            # the same, one batch handler of 64
     python bench/instructions.py --ops worker_flaky              # the same, one call in 50 failing once
+    python bench/instructions.py --ops worker_c1                 # the same, concurrency 1: a claim a task
 
 Wall-clock A/B on a shared 2-vCPU host moves by ±10 % from run to run; the
 instructions a process executes do not. For each operation the script runs a
@@ -30,7 +31,7 @@ import tempfile
 from typing import Any
 
 OPS = (
-    "get", "submit_seq", "submit_concurrent", "drain", "worker", "worker_batch64", "worker_flaky",
+    "get", "submit_seq", "submit_concurrent", "drain", "worker", "worker_batch64", "worker_flaky", "worker_c1",
 )  # fmt: skip
 
 
@@ -48,12 +49,14 @@ async def _child(op: str, n: int, path: str, events: str | None) -> None:
 
             seam.subscribe(count)
 
-    if op in ("worker", "worker_batch64", "worker_flaky"):
+    if op in ("worker", "worker_batch64", "worker_flaky", "worker_c1"):
         # The worker alone: a bulk-loaded backlog (one INSERT ... SELECT, as
         # bench/memory.py), then a drain that stops itself at the last task
         # (worker_batch64: one batch handler taking 64 tasks a call, as
         # bench/workloads.py's drain_batch64; worker_flaky: one call in 50
-        # fails its first attempt and is retried at once, as drain_flaky_c64).
+        # fails its first attempt and is retried at once, as drain_flaky_c64;
+        # worker_c1: concurrency 1, so a claim a task: what a claim costs
+        # besides its task, as on the worker's side of a call()).
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from memory import prepare_backlog
 
@@ -64,7 +67,7 @@ async def _child(op: str, n: int, path: str, events: str | None) -> None:
         batch = 64 if op == "worker_batch64" else 1
         flaky = op == "worker_flaky"
         worker = Worker(
-            q.store, ["default"], concurrency=64 // batch, poll_interval_ms=20,
+            q.store, ["default"], concurrency=1 if op == "worker_c1" else 64 // batch, poll_interval_ms=20,
             **({"retry_backoff_ms": 1} if flaky else {}),
         )  # fmt: skip
         if events in ("metrics", "metrics-statements"):
