@@ -2,6 +2,7 @@
 
     python bench/claim_cycle.py                      # 20,000 no-op tasks, concurrency 64
     python bench/claim_cycle.py --tasks 5000 --concurrency 16
+    python bench/claim_cycle.py --sleep-ms 1         # handlers that await a 1 ms sleep
 
 A worker drains a bulk-loaded backlog (as ``drain_statements.py``) while its
 statements are timed (``drain_statements.TimedConnection``) and so are the
@@ -12,7 +13,9 @@ of completions. The table gives each
 one's median per claim and its share of a task; the stretches list, per claim,
 the median time from the claim's COMMIT to the start of each step that follows
 it, up to the next claim's BEGIN: what is left between them is the event
-loop's turns and the code the table does not name.
+loop's turns and the code the table does not name. Then how many tasks
+the claims took (the most frequent sizes): with ``--sleep-ms`` the handlers
+suspend, and what frees slots is their sleeps ending.
 
 The steps are timed by wrapping private methods of the worker and the store
 (bench only): a rename there shows here as a missing step, not as an error.
@@ -75,7 +78,9 @@ def _wrap_steps(marks: Marks) -> list[str]:
     return missing
 
 
-async def drain(db: str, concurrency: int, tasks: int, marks: Marks) -> float:
+async def drain(
+    db: str, concurrency: int, tasks: int, marks: Marks, sizes: collections.Counter[int], sleep_s: float = 0.0
+) -> float:
     def record(sql: str, started: float, ended: float) -> None:
         marks.append((_kind(sql), started, ended))
 
@@ -86,11 +91,18 @@ async def drain(db: str, concurrency: int, tasks: int, marks: Marks) -> float:
         await q.store.connect()
         engine = q.store._engine  # bench only: the store's one engine
         engine.conn = TimedConnection(engine.conn, record, fetched)
-        worker, done = counting_worker(q.store, concurrency)
+        worker, done = counting_worker(q.store, concurrency, sleep_s)
+        dispatch = worker._dispatch  # bench only: the claim's calls, counted
+
+        def counted(calls: list[Any]) -> None:
+            sizes[sum(len(tasks) for _, tasks in calls)] += 1
+            dispatch(calls)
+
+        worker._dispatch = counted  # type: ignore[method-assign]
         return await drained(worker, done, tasks, 0.005)
 
 
-def report(marks: Marks, tasks: int, elapsed: float) -> None:
+def report(marks: Marks, tasks: int, elapsed: float, sizes: collections.Counter[int]) -> None:
     marks.sort(key=lambda mark: mark[1])
     claims = sum(1 for label, _, _ in marks if label == "BEGIN")
     print(f"{tasks:,} tasks, {claims} claims: {tasks / elapsed:,.0f} tasks/s, {elapsed / tasks * 1e6:.1f} us a task")
@@ -115,12 +127,15 @@ def report(marks: Marks, tasks: int, elapsed: float) -> None:
     for label, gaps in sorted(after.items(), key=lambda kv: statistics.median(kv[1])):
         if len(gaps) * 2 >= claims:  # (steps of most claims: not the odd read)
             print(f"  {label[:40]:<40}{statistics.median(gaps) * 1e6:>9.1f}")
+    common = ", ".join(f"{size} x{count}" for size, count in sizes.most_common(6))
+    print(f"\ntasks a claim: {tasks / max(1, sum(sizes.values())):.1f} on average; most often {common}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--sleep-ms", type=float, default=0.0, help="each handler awaits a sleep this long")
     args = parser.parse_args()
     db = os.path.join(tempfile.mkdtemp(prefix="cairnq-cycle-"), "drain.db")
     asyncio.run(prepare_backlog(db, args.tasks))
@@ -128,8 +143,9 @@ def main() -> None:
     missing = _wrap_steps(marks)
     if missing:
         print(f"(not found, not timed: {', '.join(missing)})")
-    elapsed = asyncio.run(drain(db, args.concurrency, args.tasks, marks))
-    report(marks, args.tasks, elapsed)
+    sizes: collections.Counter[int] = collections.Counter()
+    elapsed = asyncio.run(drain(db, args.concurrency, args.tasks, marks, sizes, args.sleep_ms / 1000))
+    report(marks, args.tasks, elapsed, sizes)
 
 
 if __name__ == "__main__":

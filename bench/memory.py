@@ -74,15 +74,27 @@ async def prepare_backlog(db: str, n: int) -> None:
     bulk_load(db, n)
 
 
-def counting_worker(store: Any, concurrency: int) -> tuple[Worker, Callable[[], int]]:
-    """A worker for the bulk-loaded tasks, and how many its no-op handler has run."""
+def counting_worker(store: Any, concurrency: int, sleep_s: float = 0.0) -> tuple[Worker, Callable[[], int]]:
+    """A worker for the bulk-loaded tasks, and how many its handler has run:
+    a no-op, or with ``sleep_s`` one that awaits ``asyncio.sleep(sleep_s)``
+    first (I/O-bound work)."""
     worker = Worker(store, ["default"], concurrency=concurrency, poll_interval_ms=100)
     done = 0
 
-    @worker.task("noop")
-    async def noop(ctx: Any) -> None:
-        nonlocal done
-        done += 1
+    if sleep_s:
+
+        @worker.task("noop")
+        async def sleeping(ctx: Any) -> None:
+            nonlocal done
+            await asyncio.sleep(sleep_s)
+            done += 1
+
+    else:
+
+        @worker.task("noop")
+        async def noop(ctx: Any) -> None:
+            nonlocal done
+            done += 1
 
     return worker, lambda: done
 
