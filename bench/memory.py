@@ -81,20 +81,12 @@ def counting_worker(store: Any, concurrency: int, sleep_s: float = 0.0) -> tuple
     worker = Worker(store, ["default"], concurrency=concurrency, poll_interval_ms=100)
     done = 0
 
-    if sleep_s:
-
-        @worker.task("noop")
-        async def sleeping(ctx: Any) -> None:
-            nonlocal done
+    @worker.task("noop")
+    async def noop(ctx: Any) -> None:
+        nonlocal done
+        if sleep_s:  # (without it the handler returns on its first step, as a no-op's does)
             await asyncio.sleep(sleep_s)
-            done += 1
-
-    else:
-
-        @worker.task("noop")
-        async def noop(ctx: Any) -> None:
-            nonlocal done
-            done += 1
+        done += 1
 
     return worker, lambda: done
 
