@@ -26,6 +26,13 @@ median of each phase:
 The listener's hook is wrapped in both processes (bench only: one Python
 call per notification); subscribing to statement events costs each
 statement a little too.
+
+``--floor`` then times the floor of the same call the same way: the bare
+two-process call of ``compare.py``'s ``floor_call_processes`` (a psycopg
+worker with no SDK, woken by the same notifications; the caller on psycopg's
+sync API), its round trips and notifications logged on the same clock, and
+prints its phases beside ours (no handler there: the claim's answer ->
+the completion sent is one gap).
 """
 
 from __future__ import annotations
@@ -126,19 +133,69 @@ def phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
     }
 
 
+def floor_phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
+    """One bare call's phases (ms), as ``phases`` reads ours."""
+
+    def first(who: str, name: str) -> Entry:
+        return next(e for e in during if e[2] == who and e[3] == name)
+
+    try:
+        insert, queued = first("c", "insert_task"), first("w", "NOTIFY cairnq_queued")
+        claim, complete = first("w", "claim_one_queue_one_name"), first("w", "complete")
+        done, get = first("c", "NOTIFY cairnq_done"), first("c", "get")
+    except StopIteration:
+        return None
+    ms = 1000
+    return {
+        "insert -> notified": (queued[0] - insert[0]) * ms,
+        "-> claim sent": (claim[0] - queued[0]) * ms,
+        "claim": (claim[1] - claim[0]) * ms,
+        "-> completion sent": (complete[0] - claim[1]) * ms,
+        "completion": (complete[1] - complete[0]) * ms,
+        "-> caller notified": (done[0] - complete[1]) * ms,
+        "get": (get[1] - get[0]) * ms,
+        "call": (call[1] - call[0]) * ms,
+    }
+
+
+def trace_floor(dsn: str, worker_log: str, calls: int) -> tuple[list[Entry], list[Entry]]:
+    """The bare two-process call (``floors.floor_call_processes``), logged."""
+    import json
+
+    import floors
+
+    floors._fresh_schema("postgres", dsn)
+    log: list[Entry] = []
+    proc = floors._spawn_bare_worker("postgres", dsn, log=worker_log)
+    try:
+        floors._floor_pg_call_processes(dsn, calls, proc, log)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    with open(worker_log) as f:
+        worker = [tuple(e) for e in json.load(f)]
+    return log, worker  # type: ignore[return-value]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--warm-up", type=int, default=200)
     parser.add_argument("--calls", type=int, default=60)
     parser.add_argument("--show", type=int, default=2, help="print the full timeline of this many calls")
+    parser.add_argument("--floor", action="store_true", help="then the bare two-process call, timed alike")
     args = parser.parse_args()
     from call_timeline import report
     from compare import Database  # (neither in the worker, which imports this module)
 
-    worker_log = os.path.join(tempfile.mkdtemp(prefix="cairnq-timeline-logs-"), "worker.json")
+    logs = tempfile.mkdtemp(prefix="cairnq-timeline-logs-")
     with Database("postgres") as dsn:
-        caller, worker = asyncio.run(trace(dsn, worker_log, args.warm_up, args.calls))
+        caller, worker = asyncio.run(trace(dsn, os.path.join(logs, "worker.json"), args.warm_up, args.calls))
     report(caller, worker, args.show, phases)
+    if args.floor:
+        print("\nthe bare two-process call (floor_call_processes), timed alike:")
+        with Database("postgres") as dsn:
+            caller, worker = trace_floor(dsn, os.path.join(logs, "floor-worker.json"), args.calls)
+        report(caller, worker, args.show, floor_phases)
 
 
 if __name__ == "__main__":

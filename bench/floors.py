@@ -576,24 +576,39 @@ if cfg["dialect"] == "postgres":
     claim_values = {"worker_id": "floor", "lease_ms": 30_000, "queue": "default", "name": "echo", "limit": 1}
     claim_args = [claim_values[s] for s in claim_slots]
     cur = work.cursor()
+    # call_timeline_pg.py --floor: the round trips and notifications, timed
+    # and written to cfg["log"] when the parent stops this process.
+    log = [] if cfg.get("log") else None
+    if log is not None:
+        import atexit, signal
+        atexit.register(lambda: open(cfg["log"], "w").write(json.dumps(log)))
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
     def drain():
         while True:
+            started = time.monotonic()
             cur.execute(claim, claim_args, prepare=True)
             rows = cur.fetchall()
             if not rows:
                 return
+            if log is not None:
+                log.append((started, time.monotonic(), "w", "claim_one_queue_one_name"))
             names = [c.name for c in cur.description]
             id_at, payload_at = names.index("id"), names.index("payload")
             for row in rows:
                 done = {"id": row[id_at], "result": row[payload_at], "worker_id": "floor"}
+                started = time.monotonic()
                 cur.execute(complete, [done[s] for s in complete_slots], prepare=True)
                 cur.fetchall()
+                if log is not None:
+                    log.append((started, time.monotonic(), "w", "complete"))
 
     drain()
     while os.getppid() == parent:
         for _ in listen.notifies(timeout=1.0, stop_after=1):
-            pass
+            if log is not None:
+                now = time.monotonic()
+                log.append((now, now, "w", "NOTIFY cairnq_queued"))
         drain()
 else:
     import sqlite3
@@ -637,9 +652,10 @@ else:
 """
 
 
-def _spawn_bare_worker(dialect: str, target: str) -> subprocess.Popen[bytes]:
+def _spawn_bare_worker(dialect: str, target: str, log: str | None = None) -> subprocess.Popen[bytes]:
     """The bare worker (``_BARE_WORKER``) in a process of its own, same
-    interpreter, handed the protocol's statements it runs."""
+    interpreter, handed the protocol's statements it runs. ``log``
+    (PostgreSQL): a file its timed round trips go to when it is terminated."""
     if dialect == "postgres":
         names = ("claim_one_queue_one_name", "complete")
         statements: dict[str, Any] = {name: list(_pg_dollar(name)) for name in names}
@@ -649,7 +665,7 @@ def _spawn_bare_worker(dialect: str, target: str) -> subprocess.Popen[bytes]:
         )  # fmt: skip
         statements = {name: _statement("sqlite", name) for name in names}
     cfg = {
-        "dialect": dialect, "target": target, "statements": statements, "channel": QUEUED_CHANNEL,
+        "dialect": dialect, "target": target, "statements": statements, "channel": QUEUED_CHANNEL, "log": log,
     }  # fmt: skip
     return subprocess.Popen(
         [sys.executable, "-I", "-c", _BARE_WORKER, json.dumps(cfg)],
@@ -663,11 +679,15 @@ def _alive(proc: subprocess.Popen[bytes]) -> None:
         raise RuntimeError(f"the bare worker exited ({proc.returncode})")
 
 
-def _floor_pg_call_processes(target: str, n: int, proc: subprocess.Popen[bytes]) -> list[float]:
+def _floor_pg_call_processes(
+    target: str, n: int, proc: subprocess.Popen[bytes], log: list[Any] | None = None
+) -> list[float]:
     """The caller: one connection inserts, and reads the task back with
     ``get``; another LISTENs on cairnq_done and is woken by the trigger when
     the worker's ``complete`` commits. psycopg's sync API (no event loop in
-    the way), prepared statements, autocommit."""
+    the way), prepared statements, autocommit. ``log``: the measured calls'
+    round trips, notification and span, on ``time.monotonic()``, as
+    ``call_timeline_pg.py`` logs ours."""
     import psycopg
     from psycopg import sql as pgsql
 
@@ -684,18 +704,30 @@ def _floor_pg_call_processes(target: str, n: int, proc: subprocess.Popen[bytes])
         cur = conn.cursor()
         for i in range(-CALL_WARM_UP, n):  # (the first also waits for the worker to start)
             started = time.perf_counter()
+            stamps = [time.monotonic()] if log is not None else None
             row = dict(_submit_row(i + CALL_WARM_UP), name="echo", payload=json.dumps({"i": i}))
             await_until = started + 30
             cur.execute(insert, [row[s] for s in insert_slots], prepare=True)
             cur.fetchall()
+            if stamps is not None:
+                stamps.append(time.monotonic())
             while row["id"] not in [note.payload for note in listen.notifies(timeout=1.0, stop_after=1)]:
                 _alive(proc)
                 if time.perf_counter() > await_until:
                     raise RuntimeError(f"no {DONE_CHANNEL} notification for {row['id']} in 30 s")
+            if stamps is not None:
+                stamps.append(time.monotonic())
             cur.execute(get_sql, [{"id": row["id"]}[s] for s in get_slots], prepare=True)
             (got,) = cur.fetchall()
             if i >= 0:
                 samples.append((time.perf_counter() - started) * 1000)
+                if log is not None and stamps is not None:
+                    begun, inserted, told = stamps
+                    ended = time.monotonic()
+                    log.extend((
+                        (begun, inserted, "c", "insert_task"), (told, told, "c", "NOTIFY cairnq_done"),
+                        (told, ended, "c", "get"), (begun, ended, "c", "CALL"),
+                    ))  # fmt: skip
             names = [c.name for c in cur.description]
             assert got[names.index("status")] == "succeeded", got
             assert json.loads(got[names.index("result")]) == {"i": i}, got
