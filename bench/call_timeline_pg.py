@@ -31,8 +31,7 @@ statement a little too.
 two-process call of ``compare.py``'s ``floor_call_processes`` (a psycopg
 worker with no SDK, woken by the same notifications; the caller on psycopg's
 sync API), its round trips and notifications logged on the same clock, and
-prints its phases beside ours (no handler there: the claim's answer ->
-the completion sent is one gap).
+prints its phases beside ours (see ``phases``).
 """
 
 from __future__ import annotations
@@ -105,57 +104,39 @@ async def trace(dsn: str, worker_log: str, warm_up: int, calls: int) -> tuple[li
 
 
 def phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
-    """One call's phases (ms), or None when its timeline is not the usual one."""
+    """One call's phases (ms), or None when its timeline is not the usual one.
+    The bare call (``--floor``) logs no handler: there the claim's answer ->
+    the completion sent is one gap, and its caller logs its ``get`` from the
+    moment it was woken (no "-> get sent")."""
 
     def first(who: str, prefix: str) -> Entry:
         return next(e for e in during if e[2] == who and e[3].startswith(prefix))
 
     try:
         insert, queued = first("c", "insert_task"), first("w", "NOTIFY cairnq_queued")
-        claim, handler = first("w", "claim"), first("w", "HANDLER")
-        complete, done = first("w", "complete"), first("c", "NOTIFY cairnq_done")
-        get = first("c", "get")
+        claim, complete = first("w", "claim"), first("w", "complete")
+        done, get = first("c", "NOTIFY cairnq_done"), first("c", "get")
     except StopIteration:
         return None
+    handler = next((e for e in during if e[2] == "w" and e[3] == "HANDLER"), None)
     ms = 1000
-    return {
+    out = {
         "insert -> notified": (queued[0] - insert[0]) * ms,
         "-> claim sent": (claim[0] - queued[0]) * ms,
         "claim": (claim[1] - claim[0]) * ms,
-        "-> handler": (handler[0] - claim[1]) * ms,
-        "-> completion sent": (complete[0] - handler[0]) * ms,
+    }
+    if handler is not None:
+        out["-> handler"] = (handler[0] - claim[1]) * ms
+    out["-> completion sent"] = (complete[0] - (claim[1] if handler is None else handler[0])) * ms
+    out.update({
         "completion": (complete[1] - complete[0]) * ms,
         "-> caller notified": (done[0] - complete[1]) * ms,
         "-> get sent": (get[0] - done[0]) * ms,
         "get": (get[1] - get[0]) * ms,
         "-> returned": (call[1] - get[1]) * ms,
         "call": (call[1] - call[0]) * ms,
-    }
-
-
-def floor_phases(call: Entry, during: list[Entry]) -> dict[str, float] | None:
-    """One bare call's phases (ms), as ``phases`` reads ours."""
-
-    def first(who: str, name: str) -> Entry:
-        return next(e for e in during if e[2] == who and e[3] == name)
-
-    try:
-        insert, queued = first("c", "insert_task"), first("w", "NOTIFY cairnq_queued")
-        claim, complete = first("w", "claim_one_queue_one_name"), first("w", "complete")
-        done, get = first("c", "NOTIFY cairnq_done"), first("c", "get")
-    except StopIteration:
-        return None
-    ms = 1000
-    return {
-        "insert -> notified": (queued[0] - insert[0]) * ms,
-        "-> claim sent": (claim[0] - queued[0]) * ms,
-        "claim": (claim[1] - claim[0]) * ms,
-        "-> completion sent": (complete[0] - claim[1]) * ms,
-        "completion": (complete[1] - complete[0]) * ms,
-        "-> caller notified": (done[0] - complete[1]) * ms,
-        "get": (get[1] - get[0]) * ms,
-        "call": (call[1] - call[0]) * ms,
-    }
+    })  # fmt: skip
+    return out
 
 
 def trace_floor(dsn: str, worker_log: str, calls: int) -> tuple[list[Entry], list[Entry]]:
@@ -195,7 +176,7 @@ def main() -> None:
         print("\nthe bare two-process call (floor_call_processes), timed alike:")
         with Database("postgres") as dsn:
             caller, worker = trace_floor(dsn, os.path.join(logs, "floor-worker.json"), args.calls)
-        report(caller, worker, args.show, floor_phases)
+        report(caller, worker, args.show, phases)
 
 
 if __name__ == "__main__":
