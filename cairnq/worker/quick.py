@@ -110,7 +110,8 @@ class QuickCall(ClassCoroutine):
         reg, ctx = self.reg, self.ctx
         begun: collections.abc.Awaitable[Any]
         try:
-            handler = reg.fn(ctx, ctx.payload) if reg.style == "ctx_payload" else reg.fn(ctx)
+            # (the payload from the task itself: ctx.payload, one frame less)
+            handler = reg.fn(ctx, self.task.payload) if reg.style == "ctx_payload" else reg.fn(ctx)
             returned, step = _send(handler, None)
         except BaseException as exc:  # (KeyboardInterrupt too: run_call lets it out)
             begun = _raising(exc)

@@ -47,6 +47,7 @@ _PROBING = -1  # (in _own_task_left) one call of the handler tries a shared task
 
 _current_task = asyncio.current_task
 _CANCELLED = object()  # (in _first_steps) a call ended by its own cancellation
+_quick_first_step = QuickCall.first_step  # (called with the call: no bound method made per call)
 
 _NEW_TASK: Callable[..., "asyncio.Task[None]"] = asyncio.Task
 if sys.version_info >= (3, 12):
@@ -257,7 +258,7 @@ class _SharedStep(ClassCoroutine):
                     if work.group is not group:
                         group.flush()
                         group = work.group
-                    step = context.run(work.first_step)
+                    step = context.run(_quick_first_step, work)
                 else:
                     step = context.run(work.send, None)
             except StopIteration:

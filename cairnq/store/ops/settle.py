@@ -122,7 +122,7 @@ class SettleOps(StoreCore):
             return {}
         params = {"ids": list(task_ids), "worker_id": worker_id, "result": result_json}
         fetch = self._fetch_deferred if deferred else self._fetch
-        return {row[0]: row[1] for row in await fetch("complete_many", params)}
+        return dict(await fetch("complete_many", params))  # (rows of (id, status))
 
     async def _complete_each_json(
         self,
@@ -143,7 +143,7 @@ class SettleOps(StoreCore):
             "results": list(results_json),
         }
         fetch = self._fetch_deferred if deferred else self._fetch
-        return {row[0]: row[1] for row in await fetch("complete_each", params)}
+        return dict(await fetch("complete_each", params))  # (rows of (id, status))
 
     async def complete_in(
         self,
