@@ -666,10 +666,7 @@ class SqliteEngine:
 
     # -- transactions -----------------------------------------------------
 
-    @asynccontextmanager
-    async def transaction(
-        self, *, stamp: str | None = None
-    ) -> AsyncIterator[Callable[[str, Any], Awaitable[list[Any]]]]:
+    def transaction(self, *, stamp: str | None = None) -> "_Transaction":
         """BEGIN IMMEDIATE ... COMMIT, owning the connection throughout.
 
         Only the BEGIN is retried on SQLITE_BUSY (with the gate released while
@@ -686,6 +683,11 @@ class SqliteEngine:
         before anything queued meanwhile is flushed (a handler's submit among
         them must wake the waiter).
         """
+        return _Transaction(self, stamp)
+
+    async def _open_transaction(self) -> list[Outcome]:
+        """What entering ``transaction`` does: BEGIN IMMEDIATE in its turn,
+        the queued writes run inside it (returned, to settle at the COMMIT)."""
         if self._closing:
             raise StoreClosed()
         if _monotonic() >= self._slice_end:
@@ -694,27 +696,29 @@ class SqliteEngine:
         while queued is None:  # None: a queued write took the transaction down; begin again
             await self._begin()
             queued = self._take_queued()
+        return queued
+
+    def _close_transaction(self, queued: list[Outcome], stamp: str | None, failed: bool) -> None:
+        """What leaving ``transaction`` does: COMMIT, or ROLLBACK where the
+        body raised (``failed``) or the COMMIT did; the gate is let go."""
         conn = self.conn
-
-        async def fetch(sql: str, params: Any) -> list[Any]:
-            return conn.execute(sql, params).fetchall()
-
-        version = None
         try:
-            yield fetch
-            if stamp is not None:
-                version = self._read_data_version()  # ours to read: we hold the gate
+            if failed:
+                _rollback(conn)
+                self._requeue(w for w, _, _ in queued)  # not their fault
+                return
             try:
-                conn.execute("COMMIT")
+                version = None if stamp is None else self._read_data_version()  # ours to read: we hold the gate
+                try:
+                    conn.execute("COMMIT")
+                except BaseException:
+                    for w, _, _ in queued:  # which write the COMMIT refused is not known
+                        w.alone = True
+                    raise
             except BaseException:
-                for w, _, _ in queued:  # which write the COMMIT refused is not known
-                    w.alone = True
+                _rollback(conn)
+                self._requeue(w for w, _, _ in queued)  # not their fault
                 raise
-        except BaseException:
-            _rollback(conn)
-            self._requeue(w for w, _, _ in queued)  # not their fault
-            raise
-        else:
             self._committed_here()
             self._settle_committed(queued)
             if version is not None:
@@ -951,6 +955,35 @@ def _settle(
 def _settle_none(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+class _Transaction:
+    """``SqliteEngine.transaction``: entered, the transaction is begun and
+    its fetch handed out; left, committed, or rolled back if the body
+    raised. (A class, not a generator-based context manager: no async
+    generator, loop hooks and wrapper made for every claim.)"""
+
+    __slots__ = ("_engine", "_stamp", "_queued")
+
+    def __init__(self, engine: SqliteEngine, stamp: str | None) -> None:
+        self._engine = engine
+        self._stamp = stamp
+        self._queued: list[Outcome] | None = None
+
+    async def __aenter__(self) -> Callable[[str, Any], Awaitable[list[Any]]]:
+        engine = self._engine
+        self._queued = await engine._open_transaction()
+        conn = engine.conn
+
+        async def fetch(sql: str, params: Any) -> list[Any]:
+            return conn.execute(sql, params).fetchall()
+
+        return fetch
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        queued, self._queued = self._queued, None
+        assert queued is not None
+        self._engine._close_transaction(queued, self._stamp, failed=exc_type is not None)
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

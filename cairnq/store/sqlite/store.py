@@ -6,8 +6,8 @@ import asyncio
 import logging
 import os
 import time
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator
 
 from cairnq._ids import now_ms
 from cairnq._speedups import dumps, encode_ids
@@ -321,32 +321,38 @@ class SQLiteStore(TaskStore):
         own (a replaced claim session leaves no stamp)."""
         return is_own(self, "claim_session") and is_own(self, "claim_wake")
 
-    @asynccontextmanager
-    async def _transaction(self, *, stamp: str | None = None) -> AsyncIterator[Fetch]:
+    def _transaction(self, *, stamp: str | None = None) -> AbstractAsyncContextManager[Fetch]:
+        return _NamedTransaction(self, stamp)
+
+    async def _engine_for_transaction(self) -> SqliteEngine:
         engine = self._engine
         if engine is None or self._closing:
             engine = await self._connected_or_closed()
+        return engine
+
+    def _named_fetch(self, run: Callable[[str, Any], Awaitable[list[Any]]]) -> Fetch:
+        """A fetch that runs statements by name, as ``_fetch`` does, through
+        ``run`` (a transaction's)."""
         statements, binders = self._statements, self._binders
         echoes, fillers = self._echoes, self._fillers
-        async with engine.transaction(stamp=stamp) as run:
 
-            async def run_named(name: str, params: dict[str, Any]) -> list[Any]:
-                stmt = statements[name]
-                sql = stmt.specialize(params) if stmt.filters else stmt.text
-                bound = binders[name](params)
-                rows = await run(sql, bound)
-                echo = echoes.get(name)
-                if echo is not None:
-                    return [echo(bound)]
-                fill = fillers.get(name)
-                return rows if fill is None else fill(bound, rows)
+        async def run_named(name: str, params: dict[str, Any]) -> list[Any]:
+            stmt = statements[name]
+            sql = stmt.specialize(params) if stmt.filters else stmt.text
+            bound = binders[name](params)
+            rows = await run(sql, bound)
+            echo = echoes.get(name)
+            if echo is not None:
+                return [echo(bound)]
+            fill = fillers.get(name)
+            return rows if fill is None else fill(bound, rows)
 
-            def fetch(name: str, params: dict[str, Any]) -> Awaitable[list[Any]]:
-                if _STATEMENTS.on:
-                    return observed(name, DIALECT, run_named(name, params))
-                return run_named(name, params)
+        def fetch(name: str, params: dict[str, Any]) -> Awaitable[list[Any]]:
+            if _STATEMENTS.on:
+                return observed(name, DIALECT, run_named(name, params))
+            return run_named(name, params)
 
-            yield fetch
+        return fetch
 
     # -- wakeups: noticing changes without re-reading tables ------------------
 
@@ -514,6 +520,29 @@ class SQLiteStore(TaskStore):
 
 
 register_own(SQLiteStore)
+
+
+class _NamedTransaction:
+    """``SQLiteStore._transaction``: the engine's transaction, its statements
+    run by name. (A class, as the engine's: no async generator a claim.)"""
+
+    __slots__ = ("_store", "_stamp", "_inner")
+
+    def __init__(self, store: SQLiteStore, stamp: str | None) -> None:
+        self._store = store
+        self._stamp = stamp
+        self._inner: AbstractAsyncContextManager[Callable[[str, Any], Awaitable[list[Any]]]] | None = None
+
+    async def __aenter__(self) -> Fetch:
+        store = self._store
+        engine = await store._engine_for_transaction()
+        inner = self._inner = engine.transaction(stamp=self._stamp)
+        return store._named_fetch(await inner.__aenter__())
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        inner, self._inner = self._inner, None
+        assert inner is not None
+        await inner.__aexit__(exc_type, exc, tb)
 
 if TYPE_CHECKING:  # the driver satisfies the seam's protocol (checked by mypy)
     from cairnq.store.driver import StoreDriver
