@@ -292,6 +292,45 @@ async def test_deferred_writes_go_at_once_while_the_claim_loop_sleeps(sqlite_bac
     assert q.store._engine.claims_asleep == 0
 
 
+async def test_a_cancelled_transaction_rolls_back_and_its_riders_are_written_after(
+    sqlite_backend, monkeypatch
+) -> None:
+    """Cancelled inside its body, a transaction writes nothing of its own: its
+    statements roll back, the deferred write that rode in it goes back to the
+    queue (and is written), and the next transaction begins at once."""
+    monkeypatch.setattr(engine_module, "DEFER_WINDOW_S", 60.0)
+    q = sqlite_backend.client()
+    task = await q.submit("n", {})
+    store = q.store
+    rider = _deferred_update(q)
+    await _turns()
+    assert not rider.done()  # waiting for a transaction to ride with
+    inside = asyncio.Event()
+
+    async def cancelled_transaction() -> None:
+        async with store._transaction() as fetch:
+            await fetch("cancel", {"id": task.id})
+            inside.set()
+            await asyncio.sleep(60)
+
+    work = asyncio.ensure_future(cancelled_transaction())
+    await inside.wait()
+    assert not rider.done() and not store._engine._writes  # it rode in, for a COMMIT that never comes
+    work.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await work
+    assert (await q.get(task.id)).status == "queued"  # the cancel rolled back
+
+    async def next_transaction() -> None:
+        async with store._transaction() as fetch:
+            await fetch("cancel", {"id": task.id})
+
+    await asyncio.wait_for(next_transaction(), 10)  # the gate was let go
+    await asyncio.wait_for(rider, 10)  # requeued, then carried by that transaction
+    assert _updated(sqlite_backend.target)
+    assert (await q.get(task.id)).status == "canceled"
+
+
 def _temporary_files_open() -> list[str]:
     """The SQLite temporary files this process holds open (unlinked at once,
     they show only among its descriptors)."""
