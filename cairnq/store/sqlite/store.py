@@ -544,6 +544,7 @@ class _NamedTransaction:
         assert inner is not None
         await inner.__aexit__(exc_type, exc, tb)
 
+
 if TYPE_CHECKING:  # the driver satisfies the seam's protocol (checked by mypy)
     from cairnq.store.driver import StoreDriver
 
