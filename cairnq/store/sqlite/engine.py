@@ -704,8 +704,7 @@ class SqliteEngine:
         conn = self.conn
         try:
             if failed:
-                _rollback(conn)
-                self._requeue(w for w, _, _ in queued)  # not their fault
+                self._roll_back(queued)
                 return
             try:
                 version = None if stamp is None else self._read_data_version()  # ours to read: we hold the gate
@@ -716,8 +715,7 @@ class SqliteEngine:
                         w.alone = True
                     raise
             except BaseException:
-                _rollback(conn)
-                self._requeue(w for w, _, _ in queued)  # not their fault
+                self._roll_back(queued)
                 raise
             self._committed_here()
             self._settle_committed(queued)
@@ -726,6 +724,12 @@ class SqliteEngine:
                 note_stamp(self._stamp_key, stamp, (self.commits, version))
         finally:
             self._release_gate()
+
+    def _roll_back(self, queued: list[Outcome]) -> None:
+        """ROLLBACK the open transaction; the writes that rode in it go back
+        to the queue (not their fault)."""
+        _rollback(self.conn)
+        self._requeue(w for w, _, _ in queued)
 
     def _take_queued(self) -> list[Outcome] | None:
         """Run the queued writes inside the transaction just begun. None if
