@@ -148,6 +148,13 @@ def test_decode_task_empty_metadata(impl: SimpleNamespace) -> None:
         ("metadata", '{"a":1}', {"a": 1}),
         ("metadata", "{ }", {}),
         ("metadata", "[]", []),
+        # What orjson refuses or might misread goes to the stdlib reader,
+        # from a decoded row as from jsoncodec's loads.
+        ("payload", "[Infinity,-Infinity]", [float("inf"), float("-inf")]),
+        ("payload", '{"a":1,"a":2}', {"a": 2}),
+        ("payload", '{"n":[1,' + "9" * 25 + ',"x"]}', {"n": [1, int("9" * 25), "x"]}),
+        ("result", "-" + "1" * 19, -int("1" * 19)),
+        ("result", "1234567890123456789.5", float("1234567890123456789.5")),
     ],
 )
 def test_decode_task_json_values(impl: SimpleNamespace, column: str, text: str, value: Any) -> None:
