@@ -1,4 +1,4 @@
-"""CPU per ``call()``, caller and worker process, against a fresh SQLite file.
+"""CPU per ``call()``, caller and worker process, against a fresh database.
 
     python bench/call_cpu.py [--calls 1000] [--dialect sqlite|postgres] [--target PATH_OR_DSN]
     python bench/call_cpu.py --calls 200 --gap-ms 30      # calls now and then, not back to back
@@ -6,7 +6,9 @@
 Runs ``workloads.call_latency`` (a worker process of concurrency 4 answering
 "echo") and reports the p50 with the CPU time of this process and of the
 worker (``getrusage`` of the children once it has exited), each divided by
-the number of calls. Both include start-up (imports, the store's opening), a
+the number of calls. Without ``--target`` the database is a temp SQLite file,
+or with ``--dialect postgres`` a new PostgreSQL database (dropped after).
+Both include start-up (imports, the store's opening), a
 few percent at 1,000 calls. With ``--gap-ms`` the calls are that far apart,
 and what both processes spend meanwhile (looking for changes after each
 write) counts too.
@@ -16,29 +18,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import workloads  # noqa: E402
+from compare import Database  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--dialect", default="sqlite", choices=("sqlite", "postgres"))
-    parser.add_argument("--target", default=None, help="a SQLite path or a PostgreSQL DSN (default: a temp file)")
+    parser.add_argument("--target", default=None, help="a SQLite path or a PostgreSQL DSN (default: a fresh database)")
     parser.add_argument("--gap-ms", type=float, default=0, help="between calls (default: none)")
     args = parser.parse_args()
-    target = args.target or os.path.join(tempfile.mkdtemp(prefix="cairnq-call-cpu-"), "calls.db")
-    started = time.process_time()
-    options = {"calls": args.calls, "call_gap_ms": args.gap_ms}
-    result = asyncio.run(workloads.call_latency(args.dialect, target, options))
-    caller = time.process_time() - started
+    with contextlib.ExitStack() as scope:
+        target = args.target or scope.enter_context(Database(args.dialect))
+        started = time.process_time()
+        options = {"calls": args.calls, "call_gap_ms": args.gap_ms}
+        result = asyncio.run(workloads.call_latency(args.dialect, target, options))
+        caller = time.process_time() - started
     worker = resource.getrusage(resource.RUSAGE_CHILDREN)
     per = 1e6 / args.calls
     print(
