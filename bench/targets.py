@@ -38,7 +38,6 @@ class Run:
         with open(path) as f:
             data = json.load(f)
         self.label = _label(os.path.basename(path))
-        self.when = data["when"]
         self._rows = {(row["dialect"], row["workload"]): row for row in data["rows"]}
 
     def median(self, dialect: str, workload: str, who: str = "ours") -> float | None:
