@@ -353,6 +353,15 @@ async def _pg_floor_conn(target: str) -> Any:
     return conn
 
 
+def _pg_floor_conn_sync(target: str) -> Any:
+    """``_pg_floor_conn`` on psycopg's blocking API (the same settings)."""
+    import psycopg
+
+    conn = psycopg.connect(target, autocommit=True, prepare_threshold=0, cursor_factory=psycopg.RawCursor)
+    _json_as_text(conn)
+    return conn
+
+
 def _pg_dollar(name: str) -> tuple[str, tuple[str, ...]]:
     """A PostgreSQL statement with ``$n`` placeholders (cairnq's literal-aware
     splitter; no value is ever pasted in) and the order of its parameters."""
@@ -693,13 +702,10 @@ def _floor_pg_call_processes(
 
     insert, insert_slots = _pg_dollar("insert_task")
     get_sql, get_slots = _pg_dollar("get")
-    conn = psycopg.connect(
-        target, autocommit=True, prepare_threshold=0, cursor_factory=psycopg.RawCursor
-    )
+    conn = _pg_floor_conn_sync(target)
     listen = psycopg.connect(target, autocommit=True)
     samples = []
     try:
-        _json_as_text(conn)
         listen.execute(pgsql.SQL("listen {}").format(pgsql.Identifier(DONE_CHANNEL)))
         cur = conn.cursor()
         for i in range(-CALL_WARM_UP, n):  # (the first also waits for the worker to start)

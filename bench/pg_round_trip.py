@@ -41,15 +41,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 WAYS = ("sync", "async", "ours")
 
 
-def _sync_conn(target: str) -> Any:
-    import psycopg
-    from floors import _json_as_text
-
-    conn = psycopg.connect(target, autocommit=True, prepare_threshold=0, cursor_factory=psycopg.RawCursor)
-    _json_as_text(conn)
-    return conn
-
-
 def _sync_us(cur: Any, sql: str, values: Callable[[int], list[Any]], ops: int) -> float:
     """Microseconds a blocking execute-and-fetch of ``sql`` takes, with
     ``values(i)`` the i-th operation's values (one warm-up first, i = -1)."""
@@ -63,7 +54,7 @@ def _sync_us(cur: Any, sql: str, values: Callable[[int], list[Any]], ops: int) -
 
 
 def run_sync(target: str, task_id: str, ops: int) -> dict[str, float]:
-    from floors import _pg_dollar, _submit_row
+    from floors import _pg_dollar, _pg_floor_conn_sync, _submit_row
 
     get, get_slots = _pg_dollar("get")
     insert, insert_slots = _pg_dollar("insert_task")
@@ -74,7 +65,7 @@ def run_sync(target: str, task_id: str, ops: int) -> dict[str, float]:
         row = _submit_row(first + 1 + i)
         return [row[s] for s in insert_slots]
 
-    conn = _sync_conn(target)
+    conn = _pg_floor_conn_sync(target)
     try:
         cur = conn.cursor()
         return {
