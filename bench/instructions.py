@@ -7,6 +7,7 @@
     python bench/instructions.py --ops worker_batch64            # the same, one batch handler of 64
     python bench/instructions.py --ops worker_flaky              # the same, one call in 50 failing once
     python bench/instructions.py --ops worker_c1                 # the same, concurrency 1: a claim a task
+    python bench/instructions.py --ops worker --by-library 12    # where a task's instructions go, by library
 
 Wall-clock A/B on a shared 2-vCPU host moves by ±10 % from run to run; the
 instructions a process executes do not. For each operation the script runs a
@@ -17,6 +18,12 @@ set-up and interpreter start-up cancelled out. Timing-driven code (the
 engine's once-a-millisecond checks) runs about 50 times more often per
 operation under valgrind's slowdown, so compare builds with each other, never
 with wall-clock figures. Requires valgrind.
+
+``--by-library K`` also splits an operation's instructions by the shared
+object that executed them (SQLite, the C library, CPython, the kernels) and
+lists the K functions that cost most: each profile is summed function by
+function with ``callgrind_annotate --inclusive=no``, and the two runs'
+difference divided as above.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from typing import Any
 
 OPS = (
@@ -136,7 +144,11 @@ async def _child(op: str, n: int, path: str, events: str | None) -> None:
     await q.close()
 
 
-def _instructions(python: str, op: str, n: int, events: str | None) -> int:
+def _instructions(
+    python: str, op: str, n: int, events: str | None, functions: bool = False
+) -> tuple[int, Counter[str]]:
+    """The instructions ``n`` operations took in all, and (``functions``)
+    each function's own share, keyed ``file:function [object]``."""
     with tempfile.TemporaryDirectory(prefix="cairnq-instr-") as tmp:
         out = os.path.join(tmp, "callgrind.out")
         args = [python, "-I", os.path.abspath(__file__), "--child", op, str(n), os.path.join(tmp, "t.db")]
@@ -153,7 +165,52 @@ def _instructions(python: str, op: str, n: int, events: str | None) -> int:
         found = re.search(r"Collected\s*:\s*(\d+)", proc.stderr)
         if not found:
             raise RuntimeError(f"no instruction count in valgrind's output:\n{proc.stderr[-2000:]}")
-        return int(found.group(1))
+        return int(found.group(1)), _own_costs(out) if functions else Counter()
+
+
+# A function's line in callgrind_annotate's listing: "  1,234 (12.34%)  file:function [object]".
+_FUNCTION_LINE = re.compile(r"^\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(\S.*:.*)$")
+
+
+def _own_costs(profile: str) -> Counter[str]:
+    """Each function's own instructions in a callgrind profile."""
+    listing = subprocess.run(
+        ["callgrind_annotate", "--inclusive=no", "--threshold=100", "--auto=no", profile],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    costs: Counter[str] = Counter()
+    for line in listing.splitlines():
+        found = _FUNCTION_LINE.match(line)
+        if found and not found.group(2).startswith("=>"):  # (a call's cost, not the function's own)
+            costs[found.group(2).strip()] += int(found.group(1).replace(",", ""))
+    return costs
+
+
+def _library(function: str) -> str:
+    """The shared object a listed function ran in (its file name without the
+    path), or its source file where the listing names no object."""
+    found = re.search(r"\[([^\]]+)\]$", function)
+    if found:
+        return os.path.basename(found.group(1))
+    return f"({os.path.basename(function.split(':', 1)[0])}, no object named)"
+
+
+def _print_split(per_op: dict[str, float], top: int) -> None:
+    total = sum(per_op.values())
+    libraries: dict[str, float] = {}
+    for function, cost in per_op.items():
+        library = _library(function)
+        libraries[library] = libraries.get(library, 0.0) + cost
+    print("  by library:")
+    for library, cost in sorted(libraries.items(), key=lambda item: -item[1]):
+        if cost >= 0.001 * total:
+            print(f"    {cost:>12,.0f}  {100 * cost / total:5.1f} %  {library}")
+    if top:
+        print(f"  the {top} costliest functions:")
+        for function, cost in sorted(per_op.items(), key=lambda item: -item[1])[:top]:
+            print(f"    {cost:>12,.0f}  {100 * cost / total:5.1f} %  {function[-110:]}")
 
 
 def main() -> None:
@@ -173,13 +230,22 @@ def main() -> None:
         "metrics: serve Prometheus metrics (op worker only; metrics-statements: with "
         "the per-statement metrics too)",
     )  # fmt: skip
+    p.add_argument(
+        "--by-library", type=int, metavar="K", default=None,
+        help="split each operation's instructions by library, and list its K costliest functions (0: none)",
+    )  # fmt: skip
     o = p.parse_args()
+    split = o.by_library is not None
     for op in o.ops.split(","):
         if op not in OPS:
             raise SystemExit(f"unknown op {op!r}; known: {', '.join(OPS)}")
-        big = _instructions(o.python, op, o.n, o.events)
-        small = _instructions(o.python, op, o.n0, o.events)
-        print(f"{op:<18} {(big - small) / (o.n - o.n0):>12,.0f} instructions/op", flush=True)
+        big, big_costs = _instructions(o.python, op, o.n, o.events, split)
+        small, small_costs = _instructions(o.python, op, o.n0, o.events, split)
+        ops = o.n - o.n0
+        print(f"{op:<18} {(big - small) / ops:>12,.0f} instructions/op", flush=True)
+        if split:
+            named = set(big_costs) | set(small_costs)
+            _print_split({f: (big_costs[f] - small_costs[f]) / ops for f in named}, o.by_library)
 
 
 if __name__ == "__main__":
