@@ -16,7 +16,8 @@ by our SDK, one task in it), alternating:
   json read as text);
 * ``async``: the same statements on psycopg's asyncio API, settings alike:
   the loops of ``floors.py``'s ``floor_get`` and ``floor_submit_seq``;
-* ``ours``: the SDK's ``get`` and ``submit``, which run the same statements.
+* ``ours``: the SDK's ``get`` and ``submit``, which run the same statements
+  (``workloads.py``'s loops, as ``compare.py`` runs them).
 
 for two statements: ``get`` (a read by primary key) and ``insert_task`` (a
 one-row commit; ``ours`` submits). ``--loop uvloop`` runs the two asyncio
@@ -86,20 +87,16 @@ def run_async(target: str, task_id: str, ops: int) -> dict[str, float]:
     }
 
 
-async def run_ours(target: str, task_id: str, ops: int) -> dict[str, float]:
-    from sdk_client import client
+def run_ours(target: str, ops: int) -> dict[str, float]:
+    """``workloads.py``'s ``get`` and ``submit_seq``: what ``compare.py``
+    measures against those floor loops."""
+    import workloads
 
-    async with client("postgres", target) as q:
-        await q.get(task_id)
-        started = time.perf_counter()
-        for _ in range(ops):
-            await q.get(task_id)
-        got = time.perf_counter() - started
-        started = time.perf_counter()
-        for i in range(ops):
-            await q.submit("noop", {"i": i})
-        inserted = time.perf_counter() - started
-    return {"get": got / ops * 1e6, "insert_task": inserted / ops * 1e6}
+    options = {"get_n": ops, "submit_n": ops}
+    return {
+        "get": 1e6 / asyncio.run(workloads.get("postgres", target, options))["value"],
+        "insert_task": 1e6 / asyncio.run(workloads.submit_seq("postgres", target, options))["value"],
+    }
 
 
 def measure(ops: int, rounds: int) -> dict[str, dict[str, list[float]]]:
@@ -119,7 +116,7 @@ def measure(ops: int, rounds: int) -> dict[str, dict[str, list[float]]]:
                 elif way == "async":
                     got = run_async(target, task_id, ops)
                 else:
-                    got = asyncio.run(run_ours(target, task_id, ops))
+                    got = run_ours(target, ops)
                 for statement, us in got.items():
                     samples[way][statement].append(us)
     return samples
