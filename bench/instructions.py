@@ -8,6 +8,7 @@
     python bench/instructions.py --ops worker_flaky              # the same, one call in 50 failing once
     python bench/instructions.py --ops worker_c1                 # the same, concurrency 1: a claim a task
     python bench/instructions.py --ops worker --by-library 12    # where a task's instructions go, by library
+    python bench/instructions.py --ops submit_seq,floor_submit_seq --by-library 12  # ours beside the bare loop
 
 Wall-clock A/B on a shared 2-vCPU host moves by ±10 % from run to run; the
 instructions a process executes do not. For each operation the script runs a
@@ -18,6 +19,10 @@ set-up and interpreter start-up cancelled out. Timing-driven code (the
 engine's once-a-millisecond checks) runs about 50 times more often per
 operation under valgrind's slowdown, so compare builds with each other, never
 with wall-clock figures. Requires valgrind.
+
+``floor_submit_seq`` is ``submit_seq``'s floor (``bench/floors.py``): the
+same statement and bound values in a bare stdlib ``sqlite3`` loop, so
+``submit_seq`` less ``floor_submit_seq`` is what our ``submit`` adds.
 
 ``--by-library K`` also splits an operation's instructions by the shared
 object that executed them (SQLite, the C library, CPython, the kernels) and
@@ -40,6 +45,7 @@ from typing import Any
 
 OPS = (
     "get", "submit_seq", "submit_concurrent", "drain", "worker", "worker_batch64", "worker_flaky", "worker_c1",
+    "floor_submit_seq",
 )  # fmt: skip
 
 
@@ -111,6 +117,19 @@ async def _child(op: str, n: int, path: str, events: str | None) -> None:
 
         await worker.run()
         await q.close()
+        return
+    if op == "floor_submit_seq":
+        # submit_seq's floor (bench/floors.py): the same statement and bound
+        # values in a bare stdlib sqlite3 loop, on the schema our SDK made.
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from floors import _sqlite_floor_conn, sqlite_submits
+
+        q = CairnQ.sqlite(path)
+        await q.connect()
+        await q.close()
+        conn = _sqlite_floor_conn(path)
+        sqlite_submits(conn, n)
+        conn.close()
         return
     if op != "drain":
         subscribe()
