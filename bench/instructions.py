@@ -9,6 +9,7 @@
     python bench/instructions.py --ops worker_c1                 # the same, concurrency 1: a claim a task
     python bench/instructions.py --ops worker --by-library 12    # where a task's instructions go, by library
     python bench/instructions.py --ops submit_seq,floor_submit_seq --by-library 12  # ours beside the bare loop
+    python bench/instructions.py --ops worker,floor_worker --by-library 12          # the same for a drained task
 
 Wall-clock A/B on a shared 2-vCPU host moves by ±10 % from run to run; the
 instructions a process executes do not. For each operation the script runs a
@@ -23,6 +24,9 @@ with wall-clock figures. Requires valgrind.
 ``floor_submit_seq`` is ``submit_seq``'s floor (``bench/floors.py``): the
 same statement and bound values in a bare stdlib ``sqlite3`` loop, so
 ``submit_seq`` less ``floor_submit_seq`` is what our ``submit`` adds.
+``floor_worker`` is ``worker``'s: the riding floor loop (claims of 64, each
+batch settled in the next claim's transaction) over the same bulk-loaded
+backlog, so ``worker`` less ``floor_worker`` is what our worker adds a task.
 
 ``--by-library K`` also splits an operation's instructions by the shared
 object that executed them (SQLite, the C library, CPython, the kernels) and
@@ -45,7 +49,7 @@ from typing import Any
 
 OPS = (
     "get", "submit_seq", "submit_concurrent", "drain", "worker", "worker_batch64", "worker_flaky", "worker_c1",
-    "floor_submit_seq",
+    "floor_submit_seq", "floor_worker",
 )  # fmt: skip
 
 
@@ -117,6 +121,16 @@ async def _child(op: str, n: int, path: str, events: str | None) -> None:
 
         await worker.run()
         await q.close()
+        return
+    if op == "floor_worker":
+        # worker's floor (bench/floors.py): the riding bare loop, draining
+        # the same bulk-loaded backlog.
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from floors import _floor_sqlite_riding
+        from memory import prepare_backlog
+
+        await prepare_backlog(path, n)
+        _floor_sqlite_riding(path, n, 64)
         return
     if op == "floor_submit_seq":
         # submit_seq's floor (bench/floors.py): the same statement and bound
