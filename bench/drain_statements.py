@@ -31,6 +31,12 @@ statements, one connection, no SDK), its statements timed the same way:
 whether our statements cost what the floor's do, and what the floor's own
 loop costs besides them.
 
+Each table ends with the process's CPU time a task (user and system,
+``getrusage``; every thread's) and the wall time less it: what the process
+spent waiting, mostly for the disk. Where the second is small, the drain is
+bound by the CPU and not the disk, so every microsecond of our Python a
+task is a microsecond of the drain's.
+
 ``--wal-autocheckpoint N`` sets that pragma on the worker's connection
 (SQLite's default: 1000 pages; 0: no checkpoints during the drain): the
 COMMITs that also checkpoint the WAL are the slow tail of the COMMIT
@@ -43,6 +49,7 @@ import argparse
 import asyncio
 import collections
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -56,6 +63,12 @@ from workloads import CollectorPasses  # noqa: E402
 
 
 Record = Callable[[str, float, float], None]
+
+
+def cpu_s() -> float:
+    """The process's CPU time so far, user and system, every thread's."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 class TimedConnection:
@@ -144,7 +157,8 @@ async def drain(
     passes: CollectorPasses,
     commits: list[float] | None = None,
     wal_autocheckpoint: int | None = None,
-) -> float:
+) -> tuple[float, float]:
+    """The drain's wall time and the process's CPU time during it."""
     async with client(db) as q:
         await q.store.connect()
         engine = q.store._engine  # bench only: the store's one engine
@@ -154,22 +168,40 @@ async def drain(
             engine.conn, _by_kind(times, commits), _by_kind(times, suffix=", rows fetched")
         )
         worker, done = counting_worker(q.store, concurrency)
+        cpu = [cpu_s()]
+
+        def ended() -> None:
+            passes.stop()
+            cpu.append(cpu_s())
+
         passes.start()
-        return await drained(worker, done, tasks, 0.005, ended=passes.stop)
+        elapsed = await drained(worker, done, tasks, 0.005, ended=ended)
+        return elapsed, cpu[1] - cpu[0]
 
 
-def floor_drain(db: str, tasks: int, times: dict[str, list[float]], commits: list[float]) -> float:
+def floor_drain(
+    db: str, tasks: int, times: dict[str, list[float]], commits: list[float]
+) -> tuple[float, float]:
     """The riding floor loop over ``db``'s backlog, its statements timed; its
-    wall time."""
+    wall time, and the process's CPU time during it (its connection's
+    opening too)."""
 
     def timed(conn: Any) -> TimedConnection:
         return TimedConnection(conn, _by_kind(times, commits), _by_kind(times, suffix=", rows fetched"))
 
-    return tasks / floors._floor_sqlite_riding(db, tasks, 64, wrap=timed)
+    began = cpu_s()
+    elapsed = tasks / floors._floor_sqlite_riding(db, tasks, 64, wrap=timed)
+    return elapsed, cpu_s() - began
 
 
 def print_table(
-    title: str, n: int, elapsed: float, times: dict[str, list[float]], commits: list[float], rest: str
+    title: str,
+    n: int,
+    elapsed: float,
+    times: dict[str, list[float]],
+    commits: list[float],
+    rest: str,
+    cpu: float,
 ) -> None:
     in_db = sum(spent for _, spent in times.values())
     print(f"{title}: {n / elapsed:,.0f} tasks/s, {elapsed / n * 1e6:.1f} us per task")
@@ -183,6 +215,8 @@ def print_table(
               f"max {commits[-1] * 1e3:.3f} ms")  # fmt: skip
     print(f"{'in the database':<44}{'':>7}{in_db / n * 1e6:>10.2f}")
     print(f"{rest:<44}{'':>7}{(elapsed - in_db) / n * 1e6:>10.2f}")
+    print(f"{'CPU time (user and system)':<44}{'':>7}{cpu / n * 1e6:>10.2f}")
+    print(f"{'waiting (the wall time less the CPU time)':<44}{'':>7}{(elapsed - cpu) / n * 1e6:>10.2f}")
 
 
 def main() -> None:
@@ -202,12 +236,12 @@ def main() -> None:
     times: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
     passes = CollectorPasses()
     commits: list[float] = []
-    elapsed = asyncio.run(
+    elapsed, cpu = asyncio.run(
         drain(db, args.concurrency, args.tasks, times, passes, commits, args.wal_autocheckpoint)
     )
     n = args.tasks
     title = f"{n:,} tasks at concurrency {args.concurrency}"
-    print_table(title, n, elapsed, times, commits, "the rest (ours: loop, dispatch, bookkeeping)")
+    print_table(title, n, elapsed, times, commits, "the rest (ours: loop, dispatch, bookkeeping)", cpu)
     for generation in range(3):
         count, spent = passes.passes[generation], passes.spent[generation]
         if count:
@@ -218,10 +252,10 @@ def main() -> None:
         asyncio.run(prepare_backlog(floor_db, n))
         floor_times: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
         floor_commits: list[float] = []
-        floor_elapsed = floor_drain(floor_db, n, floor_times, floor_commits)
+        floor_elapsed, floor_cpu = floor_drain(floor_db, n, floor_times, floor_commits)
         print()
         print_table("the riding floor loop, 64 a claim", n, floor_elapsed, floor_times, floor_commits,
-                    "the rest (the loop's own Python)")  # fmt: skip
+                    "the rest (the loop's own Python)", floor_cpu)  # fmt: skip
 
 
 if __name__ == "__main__":
