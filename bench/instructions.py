@@ -10,6 +10,7 @@
     python bench/instructions.py --ops worker --by-library 12    # where a task's instructions go, by library
     python bench/instructions.py --ops submit_seq,floor_submit_seq --by-library 12  # ours beside the bare loop
     python bench/instructions.py --ops worker,floor_worker --by-library 12          # the same for a drained task
+    python bench/instructions.py --ops worker,floor_worker --difference 30          # the functions that differ most
 
 Wall-clock A/B on a shared 2-vCPU host moves by ±10 % from run to run; the
 instructions a process executes do not. For each operation the script runs a
@@ -32,7 +33,9 @@ backlog, so ``worker`` less ``floor_worker`` is what our worker adds a task.
 object that executed them (SQLite, the C library, CPython, the kernels) and
 lists the K functions that cost most: each profile is summed function by
 function with ``callgrind_annotate --inclusive=no``, and the two runs'
-difference divided as above.
+difference divided as above. ``--difference K``, given two operations
+(ours, then its floor), lists the K functions whose cost an operation
+differs most between them.
 """
 
 from __future__ import annotations
@@ -246,6 +249,19 @@ def _print_split(per_op: dict[str, float], top: int) -> None:
             print(f"    {cost:>12,.0f}  {100 * cost / total:5.1f} %  {function[-110:]}")
 
 
+def _print_difference(names: list[str], first: dict[str, float], second: dict[str, float], top: int) -> None:
+    """The ``top`` functions whose cost an operation differs most between
+    the two operations, each with both costs."""
+    functions = set(first) | set(second)
+    gaps = sorted(functions, key=lambda f: -abs(first.get(f, 0.0) - second.get(f, 0.0)))
+    total = sum(first.values()) - sum(second.values())
+    print(f"  {names[0]} less {names[1]}: {total:,.0f} instructions/op; the {top} functions that differ most:")
+    print(f"    {'difference':>12}  {names[0]:>12}  {names[1]:>12}  function")
+    for function in gaps[:top]:
+        a, b = first.get(function, 0.0), second.get(function, 0.0)
+        print(f"    {a - b:>12,.0f}  {a:>12,.0f}  {b:>12,.0f}  {function[-90:]}")
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         op, n, path = sys.argv[2], int(sys.argv[3]), sys.argv[4]
@@ -267,18 +283,32 @@ def main() -> None:
         "--by-library", type=int, metavar="K", default=None,
         help="split each operation's instructions by library, and list its K costliest functions (0: none)",
     )  # fmt: skip
+    p.add_argument(
+        "--difference", type=int, metavar="K", default=None,
+        help="with two operations (ours, then its floor): the K functions whose cost an operation "
+        "differs most between them, the first's less the second's",
+    )  # fmt: skip
     o = p.parse_args()
-    split = o.by_library is not None
-    for op in o.ops.split(","):
+    names = o.ops.split(",")
+    for op in names:
         if op not in OPS:
             raise SystemExit(f"unknown op {op!r}; known: {', '.join(OPS)}")
+    if o.difference is not None and len(names) != 2:
+        raise SystemExit("--difference compares two operations: --ops OURS,FLOOR")
+    split = o.by_library is not None or o.difference is not None
+    per_op: list[dict[str, float]] = []
+    for op in names:
         big, big_costs = _instructions(o.python, op, o.n, o.events, split)
         small, small_costs = _instructions(o.python, op, o.n0, o.events, split)
         ops = o.n - o.n0
         print(f"{op:<18} {(big - small) / ops:>12,.0f} instructions/op", flush=True)
         if split:
             named = set(big_costs) | set(small_costs)
-            _print_split({f: (big_costs[f] - small_costs[f]) / ops for f in named}, o.by_library)
+            per_op.append({f: (big_costs[f] - small_costs[f]) / ops for f in named})
+            if o.by_library is not None:
+                _print_split(per_op[-1], o.by_library)
+    if o.difference is not None:
+        _print_difference(names, per_op[0], per_op[1], o.difference)
 
 
 if __name__ == "__main__":
