@@ -115,11 +115,13 @@ async def _worker(path: str, n: int, skip: int, count: BytecodeCount) -> int:
             ran += 1
             if ran == skip:
                 count.on()
-            elif ran == skip + n:
+            if ran == skip + n:
                 count.off()
-            elif ran == total:
+            if ran == total:
                 worker.stop()
 
+        if skip == 0:
+            count.on()
         await worker.run()
     return n
 
