@@ -445,23 +445,16 @@ def floor_submit_seq(dialect: str, target: str, o: dict[str, Any]) -> dict[str, 
             "value": asyncio.run(_floor_pg_submit_seq(target, n)),
             "unit": "submits/s (bare loop, 1 a commit)",
         }
+    sql = _statement("sqlite", "insert_task")
     conn = _sqlite_floor_conn(target)
     started = time.perf_counter()
-    sqlite_submits(conn, n)
-    value = n / (time.perf_counter() - started)
-    conn.close()
-    return {"value": value, "unit": "submits/s (bare loop, 1 a commit)"}
-
-
-def sqlite_submits(conn: sqlite3.Connection, n: int) -> None:
-    """``submit_seq``'s SQLite floor loop: ``n`` one-row commits of the
-    ``insert_task`` statement, bound as our SDK binds it (also run under
-    valgrind by ``bench/instructions.py --ops floor_submit_seq``)."""
-    sql = _statement("sqlite", "insert_task")
     for i in range(n):
         now = int(time.time() * 1000)
         row = _submit_row(i)
         conn.execute(sql, dict(row, run_at_ms=now, now_ms=now))
+    value = n / (time.perf_counter() - started)
+    conn.close()
+    return {"value": value, "unit": "submits/s (bare loop, 1 a commit)"}
 
 
 async def _floor_pg_call(target: str, n: int) -> list[float]:

@@ -54,6 +54,7 @@ OPS = (
     "get", "submit_seq", "submit_concurrent", "drain", "worker", "worker_batch64", "worker_flaky", "worker_c1",
     "floor_submit_seq", "floor_worker",
 )  # fmt: skip
+FLOOR_OPS = ("floor_submit_seq", "floor_worker")
 
 
 async def _child(op: str, n: int, path: str, events: str | None) -> None:
@@ -125,29 +126,6 @@ async def _child(op: str, n: int, path: str, events: str | None) -> None:
         await worker.run()
         await q.close()
         return
-    if op == "floor_worker":
-        # worker's floor (bench/floors.py): the riding bare loop, draining
-        # the same bulk-loaded backlog.
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from floors import _floor_sqlite_riding
-        from memory import prepare_backlog
-
-        await prepare_backlog(path, n)
-        _floor_sqlite_riding(path, n, 64)
-        return
-    if op == "floor_submit_seq":
-        # submit_seq's floor (bench/floors.py): the same statement and bound
-        # values in a bare stdlib sqlite3 loop, on the schema our SDK made.
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from floors import _sqlite_floor_conn, sqlite_submits
-
-        q = CairnQ.sqlite(path)
-        await q.connect()
-        await q.close()
-        conn = _sqlite_floor_conn(path)
-        sqlite_submits(conn, n)
-        conn.close()
-        return
     if op != "drain":
         subscribe()
     q = CairnQ.sqlite(path)
@@ -178,6 +156,20 @@ async def _child(op: str, n: int, path: str, events: str | None) -> None:
         worker.stop()
         await run
     await q.close()
+
+
+def _floor_child(op: str, n: int, path: str) -> None:
+    """A floor op: ``bench/floors.py``'s own set-up and loop, no SDK in the
+    loop (run outside any event loop: the floors start their own)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import floors
+    from memory import prepare_backlog
+
+    if op == "floor_submit_seq":
+        floors.floor_submit_seq("sqlite", path, {"submit_n": n})
+    else:  # floor_worker: the riding loop, over the worker op's bulk-loaded backlog
+        asyncio.run(prepare_backlog(path, n))
+        floors._floor_sqlite_riding(path, n, 64)
 
 
 def _instructions(
@@ -266,7 +258,10 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         op, n, path = sys.argv[2], int(sys.argv[3]), sys.argv[4]
         events = sys.argv[5] if len(sys.argv) > 5 else None
-        asyncio.run(_child(op, n, path, events))
+        if op in FLOOR_OPS:
+            _floor_child(op, n, path)
+        else:
+            asyncio.run(_child(op, n, path, events))
         return
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--python", default=sys.executable)
